@@ -1,0 +1,31 @@
+"""The Transformer's layers, in pure Keras 3 (`keras.ops` only: TensorFlow, JAX and PyTorch backends)."""
+
+from kmt.layers.attention import MultiHeadAttention
+from kmt.layers.decoder import DecoderLayer
+from kmt.layers.embedding import PositionalEmbedding, positional_encoding, sinusoids
+from kmt.layers.encoder import EncoderLayer
+from kmt.layers.feedforward import FeedForward
+from kmt.layers.masks import (
+    MASK_VALUE,
+    PAD_ID,
+    causal_mask,
+    padding_mask,
+    source_attention_mask,
+    target_attention_mask,
+)
+
+__all__ = [
+    "MASK_VALUE",
+    "PAD_ID",
+    "DecoderLayer",
+    "EncoderLayer",
+    "FeedForward",
+    "MultiHeadAttention",
+    "PositionalEmbedding",
+    "causal_mask",
+    "padding_mask",
+    "positional_encoding",
+    "sinusoids",
+    "source_attention_mask",
+    "target_attention_mask",
+]

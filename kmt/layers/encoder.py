@@ -1,0 +1,124 @@
+"""One encoder layer: self-attention then a feed-forward network (Vaswani et al., 2017, section 3.1)."""
+
+import keras
+
+from kmt.layers.attention import MultiHeadAttention
+from kmt.layers.feedforward import FeedForward, check_divisible, residual
+
+
+@keras.saving.register_keras_serializable(package="kmt")
+class EncoderLayer(keras.layers.Layer):
+    """Transformer encoder layer: multi-head self-attention and a ReLU feed-forward network, each wrapped in
+    dropout, a residual connection and LayerNorm (post-norm as in the paper; `norm_first=True` for pre-norm).
+
+    Args:
+        hidden_dim: int. Model size D (d_model), the size of the inputs and outputs.
+        num_heads: int. Attention heads H; must divide `hidden_dim`.
+        intermediate_dim: int. Inner size of the feed-forward network (d_ff).
+        dropout: float. Residual dropout on each sublayer's output (P_drop). Defaults to `0.1`.
+        attention_dropout: float. Dropout on attention weights. Defaults to `0.0`.
+        activation_dropout: float. Dropout after the feed-forward ReLU. Defaults to `0.0`.
+        norm_first: bool. Pre-norm instead of the paper's post-norm. Defaults to `False`.
+        layer_norm_epsilon: float. Defaults to `1e-5`.
+
+    Call arguments:
+        inputs: `(B, S, D)` float tensor.
+        attention_mask: boolean tensor broadcastable to `(B, S, S)`, True where a position may attend
+            (see `kmt.layers.masks.source_attention_mask`). Defaults to `None` (attend everywhere).
+        training: bool. Dropout acts only when True.
+
+    Example:
+    >>> layer = EncoderLayer(hidden_dim=16, num_heads=2, intermediate_dim=32)
+    >>> layer(keras.ops.ones((2, 5, 16))).shape
+    (2, 5, 16)
+    """
+
+    def __init__(
+        self,
+        hidden_dim,
+        num_heads,
+        intermediate_dim,
+        dropout=0.1,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        norm_first=False,
+        layer_norm_epsilon=1e-5,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.hidden_dim = hidden_dim
+        self.num_heads = num_heads
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.activation_dropout = activation_dropout
+        self.norm_first = norm_first
+        self.layer_norm_epsilon = layer_norm_epsilon
+
+    def build(self, inputs_shape):
+        check_divisible(self.hidden_dim, self.num_heads)
+        self.self_attention = MultiHeadAttention(
+            self.num_heads,
+            key_dim=self.hidden_dim // self.num_heads,
+            dropout=self.attention_dropout,
+            dtype=self.dtype_policy,
+            name="self_attention",
+        )
+        self.self_attention.build(inputs_shape, inputs_shape)
+        self.self_attention_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="self_attention_norm"
+        )
+        self.self_attention_norm.build(inputs_shape)
+        self.self_attention_dropout = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="self_attention_dropout"
+        )
+        self.feed_forward = FeedForward(
+            self.hidden_dim,
+            self.intermediate_dim,
+            activation_dropout=self.activation_dropout,
+            dtype=self.dtype_policy,
+            name="feed_forward",
+        )
+        self.feed_forward.build(inputs_shape)
+        self.feed_forward_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="feed_forward_norm"
+        )
+        self.feed_forward_norm.build(inputs_shape)
+        self.feed_forward_dropout = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="feed_forward_dropout"
+        )
+        self.built = True
+
+    def call(self, inputs, attention_mask=None, training=None):
+        x = residual(
+            inputs,
+            lambda h: self.self_attention(h, h, attention_mask=attention_mask, training=training),
+            self.self_attention_norm,
+            self.self_attention_dropout,
+            self.norm_first,
+            training,
+        )
+        return residual(
+            x,
+            lambda h: self.feed_forward(h, training=training),
+            self.feed_forward_norm,
+            self.feed_forward_dropout,
+            self.norm_first,
+            training,
+        )  # (B, S, D)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "hidden_dim": self.hidden_dim,
+                "num_heads": self.num_heads,
+                "intermediate_dim": self.intermediate_dim,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "activation_dropout": self.activation_dropout,
+                "norm_first": self.norm_first,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+            }
+        )
+        return config

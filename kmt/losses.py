@@ -1,0 +1,77 @@
+"""Label-smoothed cross-entropy and token accuracy, both over non-pad target tokens only."""
+
+import keras
+from keras import ops
+
+from kmt.layers.masks import PAD_ID
+
+
+@keras.saving.register_keras_serializable(package="kmt")
+class MaskedCrossEntropy(keras.losses.Loss):
+    """Cross-entropy with label smoothing (Szegedy et al., 2016; the paper, section 5.4), averaged over the
+    batch's non-pad target tokens.
+
+    With smoothing epsilon and V classes the target distribution is `(1 - epsilon) * onehot + epsilon / V`, so
+    `loss = (1 - epsilon) * -log p(y) + epsilon * mean_v(-log p(v))`. Pad positions (`y == pad_id`) weigh
+    nothing, and the sum is divided by the number of real tokens, not by B * T.
+
+    Args:
+        label_smoothing: float in [0, 1). Defaults to `0.1`, the paper's epsilon_ls.
+        pad_id: int. Target id that is ignored. Defaults to `0`.
+
+    Call arguments:
+        y_true: `(B, T)` int target ids.
+        y_pred: `(B, T, V)` float logits.
+
+    Example:
+    >>> loss = MaskedCrossEntropy(label_smoothing=0.0)
+    >>> float(loss(keras.ops.array([[1, 0]]), keras.ops.zeros((1, 2, 4))))  # log(4), the pad ignored
+    1.3862943649291992
+    """
+
+    def __init__(self, label_smoothing=0.1, pad_id=PAD_ID, name="masked_cross_entropy", **kwargs):
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1). Received: label_smoothing={label_smoothing}")
+        super().__init__(name=name, reduction="sum", **kwargs)
+        self.label_smoothing = label_smoothing
+        self.pad_id = pad_id
+
+    def call(self, y_true, y_pred):
+        y_true = ops.cast(y_true, "int32")
+        log_probs = ops.log_softmax(ops.cast(y_pred, "float32"), axis=-1)  # (B, T, V)
+        nll = -ops.squeeze(ops.take_along_axis(log_probs, y_true[..., None], axis=-1), axis=-1)  # (B, T)
+        smooth = -ops.mean(log_probs, axis=-1)  # (B, T)
+        per_token = (1.0 - self.label_smoothing) * nll + self.label_smoothing * smooth
+        weights = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")  # (B, T)
+        return ops.sum(per_token * weights) / ops.maximum(ops.sum(weights), 1.0)
+
+    def get_config(self):
+        return {"name": self.name, "label_smoothing": self.label_smoothing, "pad_id": self.pad_id}
+
+
+@keras.saving.register_keras_serializable(package="kmt")
+class MaskedAccuracy(keras.metrics.Metric):
+    """Fraction of non-pad target tokens whose argmax prediction is right, accumulated over batches.
+
+    Args:
+        pad_id: int. Target id that is ignored. Defaults to `0`.
+    """
+
+    def __init__(self, pad_id=PAD_ID, name="accuracy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pad_id = pad_id
+        self.correct = self.add_variable(shape=(), initializer="zeros", name="correct")
+        self.total = self.add_variable(shape=(), initializer="zeros", name="total")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        y_true = ops.cast(y_true, "int32")
+        weights = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
+        hits = ops.cast(ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), y_true), "float32")
+        self.correct.assign_add(ops.sum(hits * weights))
+        self.total.assign_add(ops.sum(weights))
+
+    def result(self):
+        return self.correct / ops.maximum(self.total, 1.0)
+
+    def get_config(self):
+        return {"name": self.name, "pad_id": self.pad_id}

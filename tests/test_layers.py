@@ -1,0 +1,160 @@
+import math
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from kmt.layers import (
+    MASK_VALUE,
+    DecoderLayer,
+    EncoderLayer,
+    FeedForward,
+    MultiHeadAttention,
+    PositionalEmbedding,
+    causal_mask,
+    positional_encoding,
+    source_attention_mask,
+    target_attention_mask,
+)
+
+
+def test_positional_encoding_matches_the_formula():
+    length, depth = 20, 10
+    table = ops.convert_to_numpy(positional_encoding(length, depth))
+    assert table.shape == (length, depth)
+    for pos in range(length):
+        for i in range(depth // 2):
+            angle = pos / 10000 ** (2 * i / depth)
+            assert table[pos, 2 * i] == pytest.approx(math.sin(angle), abs=1e-5)
+            assert table[pos, 2 * i + 1] == pytest.approx(math.cos(angle), abs=1e-5)
+
+
+def test_masks_are_boolean_and_true_means_attend():
+    source = np.array([[5, 6, 0]])
+    np.testing.assert_array_equal(ops.convert_to_numpy(source_attention_mask(source)), [[[True, True, False]]])
+    target = np.array([[1, 7, 0]])
+    expected = [[True, False, False], [True, True, False], [True, True, False]]
+    np.testing.assert_array_equal(ops.convert_to_numpy(target_attention_mask(target))[0], expected)
+    np.testing.assert_array_equal(ops.convert_to_numpy(causal_mask(2, 4, offset=2)), [[1, 1, 1, 0], [1, 1, 1, 1]])
+    assert np.float16(MASK_VALUE) == MASK_VALUE  # representable, hence finite, in float16
+
+
+def _load_keras_weights(ours, theirs):
+    """Copies keras.layers.MultiHeadAttention's (D, H, Dh) einsum kernels into our (D, H*Dh) dense kernels."""
+    q, qb, k, kb, v, vb, o, ob = [ops.convert_to_numpy(w) for w in theirs.weights]
+    ours.set_weights(
+        [
+            q.reshape(q.shape[0], -1), qb.reshape(-1),
+            k.reshape(k.shape[0], -1), kb.reshape(-1),
+            v.reshape(v.shape[0], -1), vb.reshape(-1),
+            o.reshape(-1, o.shape[-1]), ob,
+        ]
+    )
+
+
+def test_attention_matches_keras_multi_head_attention():
+    rng = np.random.default_rng(0)
+    query = rng.normal(size=(2, 5, 16)).astype("float32")
+    value = rng.normal(size=(2, 7, 16)).astype("float32")
+    mask = rng.random((2, 5, 7)) > 0.3
+    mask[..., 0] = True  # every query sees at least one key
+    theirs = keras.layers.MultiHeadAttention(num_heads=4, key_dim=4)
+    expected = theirs(query, value, attention_mask=mask)
+    ours = MultiHeadAttention(num_heads=4, key_dim=4)
+    ours(query, value)
+    _load_keras_weights(ours, theirs)
+    got = ours(query, value, attention_mask=mask)
+    assert np.max(np.abs(ops.convert_to_numpy(got) - ops.convert_to_numpy(expected))) <= 1e-5
+
+
+def test_attention_cache_step_by_step_equals_full_causal_pass():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 6, 16)).astype("float32")
+    attention = MultiHeadAttention(num_heads=4, key_dim=4)
+    full = ops.convert_to_numpy(attention(x, x, attention_mask=causal_mask(6)[None]))
+    cache = ops.zeros((2, 2, 6, 4, 4))
+    for t in range(6):
+        step, cache = attention(
+            x[:, t : t + 1], x[:, t : t + 1], attention_mask=causal_mask(1, 6, offset=t)[None], cache=cache,
+            cache_update_index=t,
+        )
+        np.testing.assert_allclose(ops.convert_to_numpy(step)[:, 0], full[:, t], atol=1e-5)
+
+
+def test_cross_attention_cache_equals_projecting_again():
+    rng = np.random.default_rng(2)
+    query, memory = rng.normal(size=(2, 3, 16)), rng.normal(size=(2, 5, 16))
+    attention = MultiHeadAttention(num_heads=2, key_dim=8)
+    expected = attention(query, memory)
+    got, _ = attention(query, None, cache=attention.compute_cache(memory))
+    np.testing.assert_allclose(ops.convert_to_numpy(got), ops.convert_to_numpy(expected), atol=1e-5)
+
+
+def test_embedding_scales_tokens_and_adds_positions():
+    layer = PositionalEmbedding(vocab_size=11, hidden_dim=8)
+    ids = np.array([[3, 4, 5]])
+    out = ops.convert_to_numpy(layer(ids))
+    table = ops.convert_to_numpy(layer.embeddings)
+    expected = table[ids[0]] * math.sqrt(8) + ops.convert_to_numpy(positional_encoding(3, 8))
+    np.testing.assert_allclose(out[0], expected, atol=1e-5)
+    shifted = ops.convert_to_numpy(layer(ids[:, 2:], start_index=2))
+    np.testing.assert_allclose(shifted[0, 0], out[0, 2], atol=1e-5)
+    logits = layer(np.ones((1, 2, 8), "float32"), reverse=True)
+    assert tuple(logits.shape) == (1, 2, 11)
+
+
+def test_learned_positions():
+    layer = PositionalEmbedding(vocab_size=11, hidden_dim=8, max_length=16, learned_positions=True)
+    assert tuple(layer(np.array([[1, 2, 3]])).shape) == (1, 3, 8)
+    assert len(layer.weights) == 2
+    with pytest.raises(ValueError, match="max_length"):
+        PositionalEmbedding(vocab_size=11, hidden_dim=8, learned_positions=True)(np.array([[1]]))
+
+
+LAYERS = [
+    lambda: MultiHeadAttention(num_heads=2, key_dim=4, dropout=0.1),
+    lambda: PositionalEmbedding(vocab_size=13, hidden_dim=8, max_length=9, learned_positions=True),
+    lambda: FeedForward(hidden_dim=8, intermediate_dim=16, activation_dropout=0.2),
+    lambda: EncoderLayer(hidden_dim=8, num_heads=2, intermediate_dim=16, dropout=0.2, norm_first=True),
+    lambda: DecoderLayer(hidden_dim=8, num_heads=2, intermediate_dim=16, attention_dropout=0.1),
+]
+
+
+@pytest.mark.parametrize("make", LAYERS, ids=["attention", "embedding", "feed_forward", "encoder", "decoder"])
+def test_from_config_round_trips(make):
+    layer = make()
+    config = layer.get_config()
+    clone = layer.__class__.from_config(config)
+    assert clone.get_config() == config
+    revived = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
+    assert type(revived) is type(layer) and revived.get_config() == config
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_and_decoder_shapes_and_dropout_only_in_training(norm_first):
+    x, memory = np.random.rand(2, 4, 8).astype("float32"), np.random.rand(2, 6, 8).astype("float32")
+    encoder = EncoderLayer(hidden_dim=8, num_heads=2, intermediate_dim=16, dropout=0.5, norm_first=norm_first)
+    decoder = DecoderLayer(hidden_dim=8, num_heads=2, intermediate_dim=16, dropout=0.5, norm_first=norm_first)
+    for call in (lambda **kw: encoder(x, **kw), lambda **kw: decoder(x, memory, **kw)):
+        inference = [ops.convert_to_numpy(call(training=False)) for _ in range(2)]
+        assert inference[0].shape == (2, 4, 8)
+        np.testing.assert_array_equal(inference[0], inference[1])
+        training = ops.convert_to_numpy(call(training=True))
+        assert not np.allclose(training, inference[0])
+
+
+def test_encoder_ignores_masked_positions():
+    x = np.random.rand(1, 5, 8).astype("float32")
+    encoder = EncoderLayer(hidden_dim=8, num_heads=2, intermediate_dim=16)
+    mask = np.array([[[True, True, True, False, False]]])
+    changed = x.copy()
+    changed[:, 3:] = 9.0
+    a = ops.convert_to_numpy(encoder(x, attention_mask=mask))
+    b = ops.convert_to_numpy(encoder(changed, attention_mask=mask))
+    np.testing.assert_allclose(a[:, :3], b[:, :3], atol=1e-5)
+
+
+def test_heads_must_divide_hidden_dim():
+    with pytest.raises(ValueError, match="hidden_dim=10, num_heads=3"):
+        EncoderLayer(hidden_dim=10, num_heads=3, intermediate_dim=16)(np.zeros((1, 2, 10), "float32"))

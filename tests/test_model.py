@@ -1,0 +1,122 @@
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from kmt.losses import MaskedAccuracy, MaskedCrossEntropy
+from kmt.model import build_transformer
+
+TINY = dict(vocab_size=23, num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.1)
+
+
+def _inputs(source, target_in):
+    return {"source": np.asarray(source, "int32"), "target_in": np.asarray(target_in, "int32")}
+
+
+def _logits(model, source, target_in):
+    return ops.convert_to_numpy(model(_inputs(source, target_in), training=False))
+
+
+@pytest.fixture
+def batch():
+    rng = np.random.default_rng(0)
+    source = rng.integers(1, 23, size=(3, 7))
+    source[0, 5:] = 0  # a padded sentence
+    target_in = rng.integers(1, 23, size=(3, 6))
+    return source, target_in
+
+
+def test_base_preset_has_the_papers_parameter_count():
+    model = build_transformer(vocab_size=37000, num_layers=6, hidden_dim=512, num_heads=8, intermediate_dim=2048)
+    assert 60e6 <= model.count_params() <= 66e6  # the paper reports 65M
+
+
+def test_logits_shape_and_dtype(batch):
+    model = build_transformer(**TINY)
+    logits = model(_inputs(*batch))
+    assert tuple(logits.shape) == (3, 6, 23)
+    assert keras.backend.standardize_dtype(logits.dtype) == "float32"
+
+
+def test_future_target_tokens_do_not_change_past_logits(batch):
+    model = build_transformer(**TINY)
+    source, target_in = batch
+    changed = target_in.copy()
+    changed[:, 3:] = (changed[:, 3:] % 22) + 1
+    before, after = _logits(model, source, target_in), _logits(model, source, changed)
+    np.testing.assert_allclose(before[:, :3], after[:, :3], atol=1e-5)
+    assert not np.allclose(before[:, 3:], after[:, 3:])
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
+def test_source_padding_does_not_change_logits(batch, policy):
+    keras.config.set_dtype_policy(policy)
+    model = build_transformer(**TINY)
+    source, target_in = batch
+    padded = np.concatenate([source, np.zeros((3, 4), source.dtype)], axis=1)
+    before, after = _logits(model, source, target_in), _logits(model, padded, target_in)
+    assert np.isfinite(after).all()
+    tolerance = 1e-5 if policy == "float32" else 2e-2
+    np.testing.assert_allclose(before, after, atol=tolerance)
+
+
+def test_untied_separate_vocabularies_and_pre_norm(batch):
+    model = build_transformer(
+        **TINY | {"vocab_size": 23}, target_vocab_size=31, shared_embeddings=False, tied_output=False,
+        norm_first=True, learned_positions=True, max_length=16,
+    )
+    source, target_in = batch
+    assert _logits(model, source, target_in).shape == (3, 6, 31)
+    assert model.get_layer("source_embedding") is not model.get_layer("target_embedding")
+    with pytest.raises(ValueError, match="joint vocabulary"):
+        build_transformer(**TINY, target_vocab_size=31)
+    with pytest.raises(ValueError, match="dropout=-0.1"):
+        build_transformer(**TINY | {"dropout": -0.1})
+
+
+def test_tied_embeddings_are_one_matrix():
+    model = build_transformer(**TINY)
+    embeddings = [w for w in model.weights if "embeddings" in w.path]
+    assert len(embeddings) == 1 and tuple(embeddings[0].shape) == (23, 16)
+
+
+def test_dropout_acts_only_in_training(batch):
+    model = build_transformer(**TINY | {"dropout": 0.3})
+    inputs = _inputs(*batch)
+    a, b = (ops.convert_to_numpy(model(inputs, training=False)) for _ in range(2))
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, ops.convert_to_numpy(model(inputs, training=True)))
+
+
+def test_saved_model_reloads_in_a_fresh_process(tmp_path, batch):
+    model = build_transformer(**TINY)
+    path, inputs_path = tmp_path / "m.keras", tmp_path / "batch.npz"
+    model.save(path)
+    source, target_in = batch
+    np.savez(inputs_path, source=source, target_in=target_in)
+    expected = _logits(model, source, target_in)
+    script = (
+        "import sys, numpy as np, keras, kmt.model, kmt.losses\n"
+        "m = keras.saving.load_model(sys.argv[1], safe_mode=True)\n"
+        "b = np.load(sys.argv[2])\n"
+        "out = m({'source': b['source'].astype('int32'), 'target_in': b['target_in'].astype('int32')}, training=False)\n"
+        "np.save(sys.argv[3], keras.ops.convert_to_numpy(out))\n"
+    )
+    out_path = tmp_path / "logits.npy"
+    subprocess.run([sys.executable, "-c", script, str(path), str(inputs_path), str(out_path)], check=True,
+                   env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"})
+    np.testing.assert_allclose(np.load(out_path), expected, atol=1e-6)
+
+
+def test_model_learns_a_copy_task():
+    rng = np.random.default_rng(0)
+    model = build_transformer(**TINY | {"dropout": 0.0})
+    model.compile(optimizer=keras.optimizers.Adam(3e-3), loss=MaskedCrossEntropy(), metrics=[MaskedAccuracy()])
+    source = rng.integers(3, 23, size=(32, 6)).astype("int32")
+    target_in = np.concatenate([np.full((32, 1), 1), source[:, :-1]], axis=1).astype("int32")
+    losses = [float(model.train_on_batch(_inputs(source, target_in), source)[0]) for _ in range(40)]
+    assert losses[-1] < 0.6 * losses[0]

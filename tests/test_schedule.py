@@ -1,0 +1,40 @@
+import keras
+import numpy as np
+import pytest
+
+from kmt.schedule import NoamSchedule
+
+
+def formula(step, hidden_dim, warmup_steps, scale=1.0):
+    return scale * hidden_dim**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def rate(schedule, step):
+    """The rate at 1-based `step`; Keras passes the optimizer's 0-based `iterations`."""
+    return float(schedule(step - 1))
+
+
+@pytest.mark.parametrize("step", [1, 4000, 40000])
+def test_matches_the_formula(step):
+    schedule = NoamSchedule(hidden_dim=512, warmup_steps=4000, scale=2.0)
+    assert rate(schedule, step) == pytest.approx(formula(step, 512, 4000, 2.0), rel=1e-5)
+
+
+def test_peaks_at_warmup_steps():
+    schedule = NoamSchedule(hidden_dim=256, warmup_steps=50)
+    rates = [rate(schedule, step) for step in range(1, 301)]
+    assert int(np.argmax(rates)) + 1 == 50
+    assert rates[0] < rates[24] < rates[49] > rates[99] > rates[299]
+
+
+def test_serializes_and_drives_adam():
+    schedule = NoamSchedule(hidden_dim=64, warmup_steps=10, scale=0.5)
+    clone = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(schedule))
+    assert clone.get_config() == schedule.get_config()
+    optimizer = keras.optimizers.Adam(learning_rate=schedule)
+    assert float(optimizer.learning_rate) == pytest.approx(formula(1, 64, 10, 0.5), rel=1e-5)
+
+
+def test_rejects_non_positive_values():
+    with pytest.raises(ValueError, match="warmup_steps=0"):
+        NoamSchedule(hidden_dim=64, warmup_steps=0)
