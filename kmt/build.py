@@ -1,0 +1,51 @@
+"""`build_*` factories: the only code that reads config to make kmt's objects (models, optimizers, losses)."""
+
+import keras
+
+from kmt.losses import MaskedAccuracy, MaskedCrossEntropy
+from kmt.model import build_transformer
+from kmt.schedule import NoamSchedule
+
+
+def build_model(model_cfg, source_vocab_size, target_vocab_size):
+    """A `build_transformer` model from `cfg.model` and the run's vocabulary sizes."""
+    return build_transformer(
+        vocab_size=source_vocab_size,
+        target_vocab_size=target_vocab_size,
+        num_layers=model_cfg.num_layers,
+        num_decoder_layers=model_cfg.num_decoder_layers,
+        hidden_dim=model_cfg.hidden_dim,
+        num_heads=model_cfg.num_heads,
+        intermediate_dim=model_cfg.intermediate_dim,
+        dropout=model_cfg.dropout,
+        attention_dropout=model_cfg.attention_dropout,
+        activation_dropout=model_cfg.activation_dropout,
+        max_length=model_cfg.max_length,
+        norm_first=model_cfg.norm_first,
+        shared_embeddings=model_cfg.shared_embeddings,
+        tied_output=model_cfg.tied_output,
+        learned_positions=model_cfg.learned_positions,
+    )
+
+
+def build_optimizer(optim_cfg, hidden_dim):
+    """Adam with the paper's betas and epsilon, driven by the Noam schedule."""
+    schedule = NoamSchedule(hidden_dim, warmup_steps=optim_cfg.warmup_steps, scale=optim_cfg.lr_scale)
+    return keras.optimizers.Adam(
+        learning_rate=schedule,
+        beta_1=optim_cfg.beta_1,
+        beta_2=optim_cfg.beta_2,
+        epsilon=optim_cfg.epsilon,
+        global_clipnorm=optim_cfg.clipnorm,
+    )
+
+
+def compile_model(model, cfg):
+    """Compiles `model` for training with the config's optimizer, loss, metric and XLA choice."""
+    model.compile(
+        optimizer=build_optimizer(cfg.optim, cfg.model.hidden_dim),
+        loss=MaskedCrossEntropy(label_smoothing=cfg.optim.label_smoothing),
+        metrics=[MaskedAccuracy()],
+        jit_compile=cfg.trainer.jit_compile,
+    )
+    return model

@@ -1,0 +1,107 @@
+"""Training callbacks: atomic checkpoints, resumable backups, learning rate and throughput in the logs."""
+
+import json
+import math
+import logging
+import os
+import time
+from pathlib import Path
+
+import keras
+
+logger = logging.getLogger(__name__)
+
+
+def save_weights_atomically(model, path):
+    """`model.save_weights(path)` through a temporary file and a rename: a kill mid-write never corrupts `path`."""
+    path = Path(path)
+    temporary = path.with_name(path.name.replace(".weights.h5", ".partial.weights.h5"))
+    model.save_weights(temporary, overwrite=True)
+    os.replace(temporary, path)
+
+
+def finite_loss(logs):
+    """False when the epoch's training loss is NaN or infinite: such weights are never checkpointed."""
+    loss = (logs or {}).get("loss")
+    return loss is None or math.isfinite(loss)
+
+
+def write_json_atomically(path, payload):
+    path = Path(path)
+    temporary = path.with_name(path.name + ".partial")
+    temporary.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    os.replace(temporary, path)
+
+
+class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
+    """Keras's `BackupAndRestore` (model weights, optimizer state and epoch, restored when `fit` starts again)
+    with every file written atomically, and the backup kept after training so a later run on the same run dir
+    with more epochs continues instead of starting over."""
+
+    def __init__(self, backup_dir):
+        super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=False)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if finite_loss(logs):
+            super().on_epoch_end(epoch, logs)
+
+    def _save_model(self):
+        Path(self.backup_dir).mkdir(parents=True, exist_ok=True)
+        save_weights_atomically(self.model, self._weights_path)
+        write_json_atomically(self._training_metadata_path, {"epoch": self._current_epoch, "batch": 0})
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        epoch = self.model._initial_epoch
+        if epoch:
+            step = int(self.model.optimizer.iterations.numpy())
+            logger.info("resuming after epoch %d at optimizer step %d", epoch, step)
+
+
+class EpochCheckpoint(keras.callbacks.Callback):
+    """Saves `epoch_{NNN}.weights.h5` after every epoch and `best.weights.h5` when `monitor` improves, atomically;
+    keeps the newest `keep` epoch files. Epoch numbers continue across resumed runs, so nothing is overwritten."""
+
+    def __init__(self, directory, keep=5, monitor="val_loss"):
+        super().__init__()
+        self.directory = Path(directory)
+        self.keep = keep
+        self.monitor = monitor
+        self.best_path = self.directory / "best.json"
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not finite_loss(logs):
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        save_weights_atomically(self.model, self.directory / f"epoch_{epoch + 1:03d}.weights.h5")
+        for stale in sorted(self.directory.glob("epoch_*.weights.h5"))[: -self.keep or None]:
+            stale.unlink()
+        value = (logs or {}).get(self.monitor)
+        best = json.loads(self.best_path.read_text())["value"] if self.best_path.exists() else None
+        if value is not None and (best is None or value < best):
+            save_weights_atomically(self.model, self.directory / "best.weights.h5")
+            write_json_atomically(self.best_path, {"epoch": epoch + 1, self.monitor: value, "value": value})
+
+
+class TrainingStats(keras.callbacks.Callback):
+    """Adds `learning_rate` and `tokens_per_second` (target tokens per second of training) to each epoch's logs,
+    before the CSV, TensorBoard and progress callbacks read them (so put it first in the list)."""
+
+    def __init__(self, tokens_per_epoch):
+        super().__init__()
+        self.tokens_per_epoch = tokens_per_epoch
+        self.epoch_seconds = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start, self._train_seconds = time.perf_counter(), None
+
+    def on_test_begin(self, logs=None):
+        if self._train_seconds is None:  # validation inside fit: the training part of the epoch is over
+            self._train_seconds = time.perf_counter() - self._start
+
+    def on_epoch_end(self, epoch, logs=None):
+        seconds = self._train_seconds or time.perf_counter() - self._start
+        self.epoch_seconds.append(seconds)
+        if logs is not None:
+            logs["learning_rate"] = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+            logs["tokens_per_second"] = self.tokens_per_epoch / seconds

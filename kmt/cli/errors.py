@@ -1,0 +1,89 @@
+"""One clear line and exit status 2 for user mistakes, in every entry point.
+
+Hydra and OmegaConf report a bad override over several lines plus a hint about HYDRA_FULL_ERROR; kmt composes
+the config itself first (`check_overrides`), before Hydra starts and before any data is read, and reports the
+first problem on one line. Errors raised while running (`KmtError`: a bad path, mismatched files) get the same
+treatment from `exit_on_user_error`; anything else is a bug and keeps its traceback.
+"""
+
+import contextlib
+import itertools
+import sys
+
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from kmt.errors import KmtError
+
+# Hydra's own flags, and those that take a value (whose value is not an override).
+_FLAGS_WITH_VALUE = {"-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir", "--cfg", "-c",
+                     "--package", "-p", "--experimental-rerun", "--info", "-i"}
+_INFO_FLAGS = {"-h", "--help", "--hydra-help", "--version", "--shell-completion", "-sc", "--resolve"}
+_NOISE = ("To append to your config", "object_type=", "Set the environment variable", "See https://")
+_MAX_SWEEP_JOBS_CHECKED = 256
+
+
+def fail(message):
+    """Prints `error: <message>` as one line on stderr and exits with status 2."""
+    print(f"error: {' '.join(str(message).split())}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def one_line(error):
+    """Hydra's and OmegaConf's multi-line messages squeezed into one informative line."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    cause = error.__cause__
+    if cause is not None and str(cause).strip() and str(cause).strip().splitlines()[0] not in lines:
+        lines += [line.strip() for line in str(cause).splitlines() if line.strip()]
+    return "; ".join(line for line in lines if not line.startswith(_NOISE))
+
+
+@contextlib.contextmanager
+def exit_on_user_error():
+    try:
+        yield
+    except KmtError as error:
+        fail(error)
+
+
+def _overrides(argv):
+    if any(arg in _INFO_FLAGS or arg.startswith("--info") for arg in argv):
+        return None
+    overrides, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in _FLAGS_WITH_VALUE:
+            skip = True
+        elif not arg.startswith("-"):
+            overrides.append(arg)
+    return overrides
+
+
+def _jobs(overrides):
+    """Every job of a sweep (`a=1,2 b=3,4` -> 4 override lists); one job when nothing sweeps."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    choices = [
+        [f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override() else [o.input_line]
+        for o in parsed
+    ]
+    return itertools.islice(itertools.product(*choices), _MAX_SWEEP_JOBS_CHECKED)
+
+
+def check_overrides(config_dir, config_name, argv):
+    """Composes the config for each job the command line asks for and validates it; exits on the first problem."""
+    from kmt.config import validate
+
+    overrides = _overrides(argv)
+    if overrides is None:
+        return
+    try:
+        with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+            for job in _jobs(overrides):
+                validate(compose(config_name, overrides=list(job)))
+    except (HydraException, OmegaConfBaseException) as error:
+        fail(one_line(error))
+    except KmtError as error:
+        fail(error)

@@ -1,0 +1,165 @@
+"""Config schema: dataclasses registered in Hydra's ConfigStore, the single source of config names.
+
+YAML files under `conf/` pick values; these classes give every field its type, default and reason. Hydra
+rejects unknown keys and wrong types against this schema; `validate` checks what types cannot (ranges, divisibility)
+before any data is read.
+"""
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, OmegaConf
+
+from kmt.errors import ConfigError
+
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+DATASETS = ("dates", "multi30k", "spa_eng", "parallel")
+
+
+@dataclass
+class TokenizerConfig:
+    vocab_size: int = 8000  # subword pieces; a soft limit, small corpora may yield fewer
+    model_type: str = "unigram"  # SentencePiece algorithm: unigram or bpe
+    character_coverage: float = 1.0  # 1.0 keeps every character of small corpora
+    byte_fallback: bool = True  # spell unseen characters as UTF-8 bytes instead of <unk>
+
+
+@dataclass
+class SplitFiles:
+    source: Optional[str] = None  # path of the source-side file (data=parallel)
+    target: Optional[str] = None  # path of the target-side file, line-aligned with source
+
+
+@dataclass
+class DataConfig:
+    name: str = "dates"  # which corpus: dates (generated, offline), multi30k, spa_eng, parallel
+    dir: str = "${oc.env:KMT_DATA_DIR,data}"  # where corpora live (and are downloaded to)
+    download: bool = True  # fetch a missing public corpus into `dir`
+    source_lang: str = "en"  # multi30k: en, de, fr or cs
+    target_lang: str = "de"
+    seed: int = 1234  # generated data and the spa_eng split
+    num_train: int = 20000  # dates: generated training pairs
+    num_val: int = 1000  # dates: validation pairs (and spa_eng: unique English sentences held out)
+    num_test: int = 1000  # dates: test pairs (and spa_eng: unique English sentences held out)
+    limit: Optional[int] = None  # use only the first `limit` pairs of each split (smoke tests, quick looks)
+    max_tokens: int = 4096  # tokens per batch, bucketed by length; 0 to batch by batch_size
+    batch_size: int = 64  # sentences per batch when max_tokens is 0
+    train: SplitFiles = field(default_factory=SplitFiles)  # data=parallel
+    val: SplitFiles = field(default_factory=SplitFiles)
+    test: SplitFiles = field(default_factory=SplitFiles)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+
+
+@dataclass
+class ModelConfig:
+    num_layers: int = 6  # encoder layers N (the paper: 6)
+    num_decoder_layers: Optional[int] = None  # decoder layers; None means num_layers
+    hidden_dim: int = 512  # d_model
+    num_heads: int = 8  # h; must divide hidden_dim
+    intermediate_dim: int = 2048  # d_ff of the feed-forward networks
+    dropout: float = 0.1  # P_drop: residual and embedding dropout
+    attention_dropout: float = 0.0  # dropout on attention weights
+    activation_dropout: float = 0.0  # dropout after the feed-forward ReLU
+    max_length: int = 128  # longest sentence in tokens: longer training pairs are dropped, inputs truncated
+    norm_first: bool = False  # pre-norm instead of the paper's post-norm
+    shared_embeddings: bool = True  # one joint vocabulary and embedding for source and target
+    tied_output: bool = True  # pre-softmax projection = target embedding transposed
+    learned_positions: bool = False  # learned (BERT-style) instead of sinusoidal positions
+
+
+@dataclass
+class OptimConfig:
+    warmup_steps: int = 4000  # Noam warm-up; the peak learning rate is at this step
+    lr_scale: float = 1.0  # multiplies the Noam schedule (small data likes 1-2)
+    beta_1: float = 0.9  # Adam, as in the paper
+    beta_2: float = 0.98
+    epsilon: float = 1e-9
+    label_smoothing: float = 0.1  # epsilon_ls of the paper
+    clipnorm: Optional[float] = None  # clip gradients to this global norm; None: no clipping
+
+
+@dataclass
+class TrainerConfig:
+    epochs: int = 10  # passes over the training split
+    precision: str = "float32"  # float32, mixed_float16 or mixed_bfloat16
+    jit_compile: bool = False  # XLA-compile the train step
+    keep_checkpoints: int = 5  # epoch checkpoints kept on disk (the newest); the best is always kept
+    export: bool = True  # write the SavedModel to <run>/export at the end
+    objective: str = "loss"  # val metric train() returns for sweepers: loss, accuracy, bleu, chrf, exact_match
+    verbose: int = 1  # Keras progress: 0 silent, 1 progress bar, 2 one line per epoch
+
+
+@dataclass
+class DecodeConfig:
+    beam_size: int = 4  # 1 is greedy search
+    length_penalty: float = 0.6  # GNMT alpha: score / ((5 + |Y|) / 6) ** alpha
+    max_length_a: float = 1.5  # output limit: a * source length + b tokens (capped by model.max_length)
+    max_length_b: int = 10
+    batch_size: int = 64  # sentences per decoding batch when scoring val/test
+
+
+@dataclass
+class Config:
+    name: str = "dates"  # experiment name: runs/<name>/<timestamp>/
+    seed: int = 1234  # weights, dropout and shuffling
+    data: DataConfig = MISSING
+    model: ModelConfig = MISSING
+    optim: OptimConfig = MISSING
+    trainer: TrainerConfig = MISSING
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+
+def register_configs():
+    """Registers the schema so that `conf/config.yaml` (defaults list `- kmt_schema`) is checked against it."""
+    store = ConfigStore.instance()
+    store.store(name="kmt_schema", node=Config)
+    store.store(group="data", name="schema", node=DataConfig)
+    store.store(group="model", name="schema", node=ModelConfig)
+    store.store(group="optim", name="schema", node=OptimConfig)
+    store.store(group="trainer", name="schema", node=TrainerConfig)
+
+
+def _check(condition, message):
+    if not condition:
+        raise ConfigError(message)
+
+
+def validate(cfg):
+    """Checks what the schema's types cannot, naming the key and the value received."""
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    _check(not missing, f"{', '.join(missing)} must be set, e.g. {missing[0] if missing else ''}=VALUE")
+    model, data, optim, trainer, decode = cfg.model, cfg.data, cfg.optim, cfg.trainer, cfg.decode
+    _check(data.name in DATASETS, f"data.name must be one of {', '.join(DATASETS)}. Received: {data.name!r}")
+    for key in ("num_layers", "hidden_dim", "num_heads", "intermediate_dim", "max_length"):
+        _check(model[key] > 0, f"model.{key} must be positive. Received: model.{key}={model[key]}")
+    _check(
+        model.hidden_dim % model.num_heads == 0,
+        "model.hidden_dim must be divisible by model.num_heads. "
+        f"Received: hidden_dim={model.hidden_dim}, num_heads={model.num_heads}",
+    )
+    for key in ("dropout", "attention_dropout", "activation_dropout"):
+        _check(0.0 <= model[key] < 1.0, f"model.{key} must be in [0, 1). Received: model.{key}={model[key]}")
+    _check(
+        0.0 <= optim.label_smoothing < 1.0,
+        f"optim.label_smoothing must be in [0, 1). Received: {optim.label_smoothing}",
+    )
+    _check(optim.warmup_steps > 0, f"optim.warmup_steps must be positive. Received: {optim.warmup_steps}")
+    _check(optim.lr_scale > 0, f"optim.lr_scale must be positive. Received: {optim.lr_scale}")
+    _check(trainer.epochs > 0, f"trainer.epochs must be positive. Received: {trainer.epochs}")
+    _check(
+        trainer.precision in PRECISIONS,
+        f"trainer.precision must be one of {', '.join(PRECISIONS)}. Received: {trainer.precision!r}",
+    )
+    _check(
+        trainer.objective in ("loss", "accuracy", "bleu", "chrf", "exact_match"),
+        f"trainer.objective must be loss, accuracy, bleu, chrf or exact_match. Received: {trainer.objective!r}",
+    )
+    _check(data.max_tokens >= 0, f"data.max_tokens must be >= 0. Received: {data.max_tokens}")
+    _check(data.max_tokens or data.batch_size > 0, f"data.batch_size must be positive. Received: {data.batch_size}")
+    _check(
+        data.max_tokens == 0 or data.max_tokens >= model.max_length,
+        "data.max_tokens must hold one sentence of model.max_length tokens. "
+        f"Received: max_tokens={data.max_tokens}, max_length={model.max_length}",
+    )
+    _check(decode.beam_size >= 1, f"decode.beam_size must be >= 1. Received: {decode.beam_size}")

@@ -1,0 +1,137 @@
+"""Sentences to batches: tokenize, filter, add start/end tokens, bucket by length, pad, shuffle, prefetch.
+
+Each example becomes `({"source": (S,), "target_in": (T,)}, target_out (T,))` where `target_in` is
+`[start] + target` (the decoder input, shifted right) and `target_out` is `target + [end]`. Batches group
+sentences of similar length (`tf.data.Dataset.bucket_by_sequence_length`) so little compute goes to padding, and
+hold about `max_tokens` tokens each (or `batch_size` sentences when `max_tokens` is 0), as fairseq and
+OpenNMT-tf batch by tokens.
+"""
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+
+from kmt.tokenizer import END_ID, START_ID
+
+logger = logging.getLogger(__name__)
+
+# Upper edges of the length buckets. Lengths cluster at the short end in translation corpora, hence finer steps.
+BUCKET_EDGES = (8, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 384, 512, 768, 1024)
+
+
+@dataclass(frozen=True)
+class EncodedSplit:
+    """Token ids of the pairs kept from one split, with the raw text they came from (for BLEU and exact match).
+
+    Attributes:
+        source: `(N, None)` int32 RaggedTensor, no start/end tokens.
+        target: `(N, None)` int32 RaggedTensor, no start/end tokens.
+        source_text, target_text: the N kept sentence pairs.
+        dropped: why pairs were dropped, e.g. `{"empty": 2, "too_long": 5}`.
+    """
+
+    source: tf.RaggedTensor
+    target: tf.RaggedTensor
+    source_text: list
+    target_text: list
+    dropped: dict
+
+    def __len__(self):
+        return len(self.source_text)
+
+    @property
+    def target_tokens(self):
+        """Target tokens the loss sees per epoch (each sentence's tokens plus its end token)."""
+        return int(tf.reduce_sum(self.target.row_lengths())) + len(self)
+
+
+def encode_split(name, text, vocabularies, max_length):
+    """Tokenizes a `ParallelText` and drops pairs that are empty or longer than `max_length` tokens on a side.
+
+    The target side needs one position for the start (or end) token, so its limit is `max_length - 1`.
+    Counts of dropped pairs are logged and kept in the result.
+    """
+    pairs = [(s, t) for s, t in zip(text.source, text.target)]
+    nonempty = [bool(s.strip()) and bool(t.strip()) for s, t in pairs]
+    source = vocabularies.source.tokenize(tf.constant([s for s, _ in pairs], dtype=tf.string))
+    target = vocabularies.target.tokenize(tf.constant([t for _, t in pairs], dtype=tf.string))
+    fits = (source.row_lengths().numpy() <= max_length) & (target.row_lengths().numpy() <= max_length - 1)
+    keep = np.asarray(nonempty, dtype=bool) & fits
+    dropped = {"empty": int(np.sum(~np.asarray(nonempty, dtype=bool))), "too_long": int(np.sum(~fits & nonempty))}
+    if any(dropped.values()):
+        logger.info(
+            "%s: kept %d of %d pairs (dropped %d empty, %d longer than %d tokens)",
+            name, int(keep.sum()), len(pairs), dropped["empty"], dropped["too_long"], max_length,
+        )
+    else:
+        logger.info("%s: %d pairs", name, len(pairs))
+    indices = np.flatnonzero(keep)
+    return EncodedSplit(
+        source=tf.gather(source, indices),
+        target=tf.gather(target, indices),
+        source_text=[pairs[i][0] for i in indices],
+        target_text=[pairs[i][1] for i in indices],
+        dropped=dropped,
+    )
+
+
+def _to_example(source, target):
+    start, end = tf.constant([START_ID], tf.int32), tf.constant([END_ID], tf.int32)
+    features = {"source": source, "target_in": tf.concat([start, target], axis=0)}  # (S,), (T,)
+    return features, tf.concat([target, end], axis=0)  # (T,)
+
+
+def _bucket_sizes(max_length, max_tokens, batch_size):
+    edges = [edge for edge in BUCKET_EDGES if edge <= max_length] + [max_length + 1]
+    if max_tokens:
+        sizes = [max(1, max_tokens // edge) for edge in edges]
+    else:
+        sizes = [batch_size] * len(edges)
+    return edges, sizes + sizes[-1:]
+
+
+def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, seed=None, repeat=False):
+    """A tf.data pipeline of padded, length-bucketed batches over an `EncodedSplit`.
+
+    Args:
+        split: `EncodedSplit`.
+        max_length: int. Longest sequence (tokens) in the split, after the start/end token.
+        max_tokens: int. Token budget per batch (sentences x padded length); 0 to batch by `batch_size`.
+        batch_size: int. Sentences per batch when `max_tokens` is 0.
+        shuffle: bool. Shuffle sentences (seeded) before bucketing and batches after. Defaults to `False`.
+        seed: int or None. Shuffle seed.
+        repeat: bool. Repeat forever (for `steps_per_epoch`). Defaults to `False`.
+
+    Returns a `tf.data.Dataset` of `({"source": (B, S), "target_in": (B, T)}, target_out (B, T))` int32.
+    """
+    dataset = tf.data.Dataset.from_tensor_slices((split.source, split.target))
+    if shuffle:
+        dataset = dataset.shuffle(len(split), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    dataset = dataset.map(_to_example, num_parallel_calls=tf.data.AUTOTUNE)
+    edges, sizes = _bucket_sizes(max_length, max_tokens, batch_size)
+    dataset = dataset.bucket_by_sequence_length(
+        element_length_func=lambda features, _: tf.maximum(
+            tf.shape(features["source"])[0], tf.shape(features["target_in"])[0]
+        ),
+        bucket_boundaries=edges,
+        bucket_batch_sizes=sizes,
+        padded_shapes=({"source": [None], "target_in": [None]}, [None]),
+    )
+    if not repeat:  # a known length gives Keras its progress bar and spares it a StopIteration warning
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(count_batches(split, max_length, max_tokens,
+                                                                                      batch_size)))
+    if shuffle:
+        dataset = dataset.shuffle(256, seed=seed, reshuffle_each_iteration=True)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def count_batches(split, max_length, max_tokens=0, batch_size=64):
+    """Batches in one pass over `split` (used as `steps_per_epoch`, so an epoch is a fixed number of steps)."""
+    edges, sizes = _bucket_sizes(max_length, max_tokens, batch_size)
+    lengths = np.maximum(split.source.row_lengths().numpy(), split.target.row_lengths().numpy() + 1)
+    bucket = np.searchsorted(edges, lengths, side="right")
+    return int(sum(-(-np.sum(bucket == b) // sizes[b]) for b in range(len(sizes))))

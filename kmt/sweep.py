@@ -1,0 +1,63 @@
+"""Summary of a Hydra multirun: one row per job with its overrides and metrics, as CSV and markdown."""
+
+import csv
+import json
+import logging
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
+
+logger = logging.getLogger(__name__)
+
+
+def _flatten(metrics, prefix=""):
+    flat = {}
+    for key, value in metrics.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def summarize(sweep_dir):
+    """Reads every `<sweep_dir>/<job>/metrics.json` and writes `summary.csv` and `summary.md` there.
+
+    Returns the rows. A job that failed (no metrics.json) still gets a row, with status "failed".
+    """
+    sweep_dir = Path(sweep_dir)
+    rows = []
+    for job in sorted((p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)):
+        overrides_file = job / ".hydra" / "overrides.yaml"
+        overrides = OmegaConf.load(overrides_file) if overrides_file.exists() else []
+        row = {"job": int(job.name), "overrides": " ".join(overrides)}
+        metrics_file = job / "metrics.json"
+        if metrics_file.exists():
+            row |= {"status": "ok"} | _flatten(json.loads(metrics_file.read_text()))
+        else:
+            row["status"] = "failed"
+        rows.append(row)
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    with open(sweep_dir / "summary.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+    def cell(value):
+        return f"{value:.4g}" if isinstance(value, float) else str(value if value is not None else "")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |" for row in rows]
+    (sweep_dir / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return rows
+
+
+class SweepSummary(Callback):
+    """Hydra callback (`hydra.callbacks` in conf/config.yaml): writes the summary when a multirun ends."""
+
+    def on_multirun_end(self, config, **kwargs):
+        sweep_dir = Path(config.hydra.sweep.dir)
+        if sweep_dir.is_dir():
+            rows = summarize(sweep_dir)
+            logger.info("sweep summary of %d jobs: %s", len(rows), sweep_dir / "summary.md")

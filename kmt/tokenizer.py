@@ -1,0 +1,183 @@
+"""Subword vocabularies: SentencePiece models trained on the training split, run with tensorflow-text ops.
+
+Training uses the `sentencepiece` library (as keras-hub's `compute_sentence_piece_proto` does); tokenizing and
+detokenizing use `tensorflow_text.SentencepieceTokenizer`, a stock tensorflow-text op, so the very same model runs
+in tf.data during training and inside the exported SavedModel. SentencePiece is reversible (spaces are pieces), so
+detokenized output is plain text that sacreBLEU can score against raw references, and with `byte_fallback` a
+character never seen in training is spelled in UTF-8 bytes instead of becoming `<unk>`.
+
+Reserved ids, the same in every vocabulary: pad=0, unk=1, start (BOS)=2, end (EOS)=3.
+
+A run keeps its vocabularies in `<run>/tokenizer/`: `joint.model` (+ `joint.vocab`, human-readable) when source
+and target share one vocabulary, otherwise `source.model` and `target.model`.
+"""
+
+import io
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import sentencepiece
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from kmt.errors import ConfigError, DataError
+
+logger = logging.getLogger(__name__)
+
+PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
+SPECIAL_IDS = (PAD_ID, UNK_ID, START_ID, END_ID)
+
+
+class Tokenizer:
+    """One SentencePiece vocabulary: strings to int32 ids and back, as TensorFlow ops.
+
+    Args:
+        model_proto: bytes. A serialized SentencePiece model, as written by `train_tokenizer`.
+
+    Example:
+    >>> tokenizer = train_tokenizer(["a small corpus", "of two lines"], vocab_size=40)  # doctest: +SKIP
+    >>> tokenizer.detokenize(tokenizer.tokenize(["small lines"]))  # doctest: +SKIP
+    <tf.Tensor: shape=(1,), dtype=string, numpy=array([b'small lines'], dtype=object)>
+    """
+
+    def __init__(self, model_proto):
+        self.model_proto = model_proto
+        self._op = tf_text.SentencepieceTokenizer(model=model_proto, out_type=tf.int32)
+        processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
+        self.vocab_size = processor.get_piece_size()
+        reserved = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
+        if reserved != SPECIAL_IDS:
+            raise DataError(f"tokenizer reserves ids {reserved} for pad/unk/start/end; kmt needs {SPECIAL_IDS}")
+
+    def tokenize(self, strings):
+        """`(N,)` tf.string -> `(N, None)` int32 RaggedTensor of ids, no start or end token."""
+        return self._op.tokenize(strings)
+
+    def detokenize(self, ids):
+        """`(N, L)` int ids (dense or ragged) -> `(N,)` tf.string. Special ids (pad, start, end) decode to nothing."""
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.RaggedTensor.from_tensor(ids)
+        ids = tf.ragged.boolean_mask(ids, ids > END_ID)  # (N, None): drop pad/unk/start/end ids
+        return self._op.detokenize(ids)
+
+    def id_to_piece(self, ids):
+        """Ids to their subword pieces, for logs and attention plots."""
+        return self._op.id_to_string(ids)
+
+    def save(self, path):
+        """Writes `<path>.model` atomically, and `<path>.vocab` (one `piece<TAB>score` per line) to read."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(".model.partial")
+        temporary.write_bytes(self.model_proto)
+        os.replace(temporary, path.with_suffix(".model"))
+        processor = sentencepiece.SentencePieceProcessor(model_proto=self.model_proto)
+        pieces = (f"{processor.id_to_piece(i)}\t{processor.get_score(i):g}" for i in range(self.vocab_size))
+        path.with_suffix(".vocab").write_text("\n".join(pieces) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path):
+        path = Path(path).with_suffix(".model")
+        if not path.is_file():
+            raise DataError(f"no tokenizer model at {path}")
+        return cls(path.read_bytes())
+
+
+def train_tokenizer(
+    sentences,
+    vocab_size,
+    model_type="unigram",
+    character_coverage=1.0,
+    byte_fallback=True,
+    max_sentences=2_000_000,
+):
+    """Trains a SentencePiece model on `sentences` (an iterable of str) and returns a `Tokenizer`.
+
+    Args:
+        sentences: the training text; for a joint vocabulary, both sides of the training split.
+        vocab_size: int. Target vocabulary size (a soft limit: a tiny corpus may give fewer pieces).
+        model_type: str. `"unigram"` (Kudo, 2018) or `"bpe"` (Sennrich et al., 2016). Defaults to `"unigram"`.
+        character_coverage: float. Share of characters the vocabulary must cover. Defaults to `1.0`.
+        byte_fallback: bool. Spell unseen characters as UTF-8 byte pieces instead of `<unk>`. Needs
+            `vocab_size` > 260. Defaults to `True`.
+        max_sentences: int. Sample at most this many sentences for training. Defaults to `2_000_000`.
+    """
+    if model_type not in ("unigram", "bpe"):
+        raise ConfigError(f"tokenizer.model_type must be 'unigram' or 'bpe'. Received: model_type={model_type!r}")
+    sentences = [s for s in sentences if s.strip()]
+    if not sentences:
+        raise DataError("cannot train a tokenizer: the training split has no non-empty sentence")
+    # Every character kept needs a piece of its own, besides the specials and the 256 byte pieces.
+    characters = len(set().union(*map(set, sentences[:max_sentences])))
+    minimum = len(SPECIAL_IDS) + (256 if byte_fallback else 0) + characters + 1
+    if vocab_size < minimum:
+        logger.warning(
+            "tokenizer.vocab_size=%d cannot hold %d characters%s; using %d",
+            vocab_size, characters, " plus 256 byte pieces" if byte_fallback else "", minimum,
+        )
+        vocab_size = minimum
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_writer=model,
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=character_coverage,
+        byte_fallback=byte_fallback,
+        hard_vocab_limit=False,
+        input_sentence_size=max_sentences,
+        shuffle_input_sentence=True,
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=START_ID,
+        eos_id=END_ID,
+        pad_piece="<pad>",
+        num_threads=os.cpu_count() or 1,
+        minloglevel=2,
+    )
+    tokenizer = Tokenizer(model.getvalue())
+    logger.info("trained a %s vocabulary of %d pieces", model_type, tokenizer.vocab_size)
+    return tokenizer
+
+
+@dataclass(frozen=True)
+class Vocabularies:
+    """The source and target tokenizers of a run; one object twice when the vocabulary is joint."""
+
+    source: Tokenizer
+    target: Tokenizer
+
+    @property
+    def joint(self):
+        return self.source is self.target
+
+    def save(self, directory):
+        directory = Path(directory)
+        if self.joint:
+            self.source.save(directory / "joint")
+        else:
+            self.source.save(directory / "source")
+            self.target.save(directory / "target")
+
+    @classmethod
+    def load(cls, directory):
+        directory = Path(directory)
+        if (directory / "joint.model").is_file():
+            tokenizer = Tokenizer.load(directory / "joint")
+            return cls(tokenizer, tokenizer)
+        return cls(Tokenizer.load(directory / "source"), Tokenizer.load(directory / "target"))
+
+    @classmethod
+    def exists(cls, directory):
+        directory = Path(directory)
+        return (directory / "joint.model").is_file() or (directory / "source.model").is_file()
+
+    @classmethod
+    def train(cls, source_sentences, target_sentences, joint, **options):
+        """Trains one joint vocabulary on both sides, or one per side. `options` go to `train_tokenizer`."""
+        if joint:
+            tokenizer = train_tokenizer([*source_sentences, *target_sentences], **options)
+            return cls(tokenizer, tokenizer)
+        return cls(train_tokenizer(source_sentences, **options), train_tokenizer(target_sentences, **options))

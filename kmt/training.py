@@ -1,0 +1,116 @@
+"""`train(cfg, run_dir)`: config -> tokenizer -> tf.data -> model.fit -> checkpoints -> metrics -> export."""
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+import keras
+from omegaconf import OmegaConf
+
+from kmt import config as config_lib
+from kmt.build import build_model, compile_model
+from kmt.callbacks import AtomicBackupAndRestore, EpochCheckpoint, TrainingStats, write_json_atomically
+from kmt.data import load_corpus
+from kmt.data.pipeline import count_batches, encode_split, make_dataset
+from kmt.errors import KmtError
+from kmt.tokenizer import Vocabularies
+
+logger = logging.getLogger(__name__)
+
+
+def prepare_vocabularies(cfg, corpus, directory):
+    """The run's vocabularies: loaded from `directory` when the run already has them (resume), else trained on
+    the training split and saved there."""
+    if Vocabularies.exists(directory):
+        logger.info("reusing the vocabulary in %s", directory)
+        return Vocabularies.load(directory)
+    options = OmegaConf.to_container(cfg.data.tokenizer)
+    train = corpus["train"]
+    vocabularies = Vocabularies.train(train.source, train.target, joint=cfg.model.shared_embeddings, **options)
+    vocabularies.save(directory)
+    return vocabularies
+
+
+def build_callbacks(cfg, run_dir, tokens_per_epoch):
+    checkpoints, logs = run_dir / "checkpoints", run_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    stats = TrainingStats(tokens_per_epoch)
+    callbacks = [
+        keras.callbacks.TerminateOnNaN(),
+        stats,
+        EpochCheckpoint(checkpoints, keep=cfg.trainer.keep_checkpoints),
+        AtomicBackupAndRestore(checkpoints / "backup"),
+        keras.callbacks.CSVLogger(str(logs / "history.csv"), append=True),
+        keras.callbacks.TensorBoard(log_dir=str(logs), write_graph=False),
+    ]
+    return callbacks, stats
+
+
+def train(cfg, run_dir):
+    """Trains (or resumes) the run in `run_dir` and returns its validation `cfg.trainer.objective`.
+
+    Everything the run makes goes under `run_dir`: `config.yaml` (resolved), `tokenizer/`, `checkpoints/`,
+    `logs/` (history.csv and TensorBoard), `model.keras`, `export/` and `metrics.json`.
+    """
+    run_dir = Path(run_dir)
+    config_lib.validate(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True), encoding="utf-8")
+    keras.utils.set_random_seed(cfg.seed)
+    keras.config.set_dtype_policy(cfg.trainer.precision)
+
+    corpus = load_corpus(cfg.data)
+    vocabularies = prepare_vocabularies(cfg, corpus, run_dir / "tokenizer")
+    max_length = cfg.model.max_length
+    splits = {name: encode_split(name, text, vocabularies, max_length) for name, text in corpus.items()}
+    if not len(splits["train"]):
+        raise KmtError(f"no training pairs left after filtering empty and over-long pairs ({splits['train'].dropped})")
+    batching = dict(max_length=max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size)
+    steps_per_epoch = count_batches(splits["train"], **batching)
+    train_data = make_dataset(splits["train"], **batching, shuffle=True, seed=cfg.seed, repeat=True)
+    val_data = make_dataset(splits["val"], **batching)
+
+    model = compile_model(
+        build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size), cfg
+    )
+    logger.info(
+        "model: %s parameters; %d training pairs, %d steps an epoch", f"{model.count_params():,}",
+        len(splits["train"]), steps_per_epoch,
+    )
+    callbacks, stats = build_callbacks(cfg, run_dir, splits["train"].target_tokens)
+    started = time.perf_counter()
+    history = model.fit(
+        train_data,
+        validation_data=val_data,
+        epochs=cfg.trainer.epochs,
+        steps_per_epoch=steps_per_epoch,
+        callbacks=callbacks,
+        verbose=cfg.trainer.verbose,
+        shuffle=False,  # the tf.data pipeline shuffles, seeded
+    )
+    wall_seconds = time.perf_counter() - started
+    losses = history.history.get("loss", [])
+    if losses and not math.isfinite(losses[-1]):
+        raise KmtError(
+            f"training diverged: the loss became {losses[-1]} in epoch {len(losses)}; the last good weights are in "
+            f"{run_dir / 'checkpoints'} (try a lower optim.lr_scale or more optim.warmup_steps)"
+        )
+    model.save(run_dir / "model.keras")
+
+    metrics = {"train": {
+        "tokens_per_second": splits["train"].target_tokens * len(stats.epoch_seconds) / sum(stats.epoch_seconds)
+        if stats.epoch_seconds else None,
+        "wall_seconds": wall_seconds,
+        "epochs": cfg.trainer.epochs,
+        "parameters": model.count_params(),
+    }}
+    for name, split in splits.items():
+        if name == "train":
+            continue
+        scores = model.evaluate(make_dataset(split, **batching), verbose=0, return_dict=True)
+        metrics[name] = {"loss": scores["loss"], "accuracy": scores["accuracy"], "pairs": len(split)}
+    write_json_atomically(run_dir / "metrics.json", metrics)
+    logger.info("metrics: %s", json.dumps(metrics))
+    return metrics["val"][cfg.trainer.objective]

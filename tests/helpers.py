@@ -1,0 +1,27 @@
+"""Shared helpers for end-to-end tests: compose the real configs, run the real console scripts."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+from kmt.config import register_configs
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+register_configs()
+
+
+def compose_config(*overrides):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose("config", overrides=["debug=smoke", *overrides])
+
+
+def run_cli(module, *args, cwd=None, input=None, timeout=600):
+    """Runs `python -m kmt.cli.<module> args...` in a fresh process; returns the CompletedProcess."""
+    env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", f"kmt.cli.{module}", *map(str, args)],
+        cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout, env=env,
+    )

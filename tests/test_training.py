@@ -1,0 +1,115 @@
+"""End-to-end training: the real configs composed with debug=smoke, trained into tmp_path."""
+
+import csv
+import json
+
+import pytest
+
+from kmt.config import validate
+from kmt.errors import ConfigError, DataError
+from kmt.training import train
+from tests.helpers import compose_config, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def _history(run_dir):
+    with open(run_dir / "logs" / "history.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_smoke_run_makes_every_file_and_resumes(tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_cli("train", "debug=smoke", f"hydra.run.dir={run_dir}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    for path in [".hydra/config.yaml", "config.yaml", "tokenizer/joint.model", "checkpoints/epoch_001.weights.h5",
+                 "checkpoints/best.weights.h5", "logs/history.csv", "model.keras", "metrics.json", "train.log"]:
+        assert (run_dir / path).exists(), path
+    assert list((run_dir / "logs").glob("train/events.out.tfevents.*"))
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert set(metrics) >= {"train", "val", "test"}
+    assert metrics["train"]["tokens_per_second"] > 0 and metrics["train"]["epochs"] == 1
+    assert [row["epoch"] for row in _history(run_dir)] == ["0"]
+    vocabulary = (run_dir / "tokenizer" / "joint.model").read_bytes()
+
+    again = run_cli("train", "debug=smoke", f"hydra.run.dir={run_dir}", "trainer.epochs=2")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming after epoch 1 at optimizer step" in again.stdout + again.stderr
+    history = _history(run_dir)
+    assert [row["epoch"] for row in history] == ["0", "1"]
+    assert float(history[1]["learning_rate"]) != float(history[0]["learning_rate"])  # the schedule went on
+    assert (run_dir / "checkpoints" / "epoch_001.weights.h5").exists()  # not overwritten, kept
+    assert (run_dir / "checkpoints" / "epoch_002.weights.h5").exists()
+    assert (run_dir / "tokenizer" / "joint.model").read_bytes() == vocabulary
+    assert json.loads((run_dir / "metrics.json").read_text())["train"]["epochs"] == 2
+
+
+def test_train_returns_the_validation_objective(tmp_path):
+    cfg = compose_config("trainer.objective=accuracy", "trainer.export=false")
+    value = train(cfg, tmp_path)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert value == pytest.approx(metrics["val"]["accuracy"])
+
+
+def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
+    result = run_cli(
+        "train", "-m", "model.num_layers=1,2", "optim.warmup_steps=100,200", "debug=smoke", "trainer.export=false",
+        f"hydra.sweep.dir={tmp_path}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
+    assert jobs == ["0", "1", "2", "3"]
+    assert all((tmp_path / job / "metrics.json").exists() for job in jobs)
+    with open(tmp_path / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [row["overrides"] for row in rows] == [
+        f"model.num_layers={n} optim.warmup_steps={w} debug=smoke trainer.export=false"
+        for n in (1, 2) for w in (100, 200)
+    ]
+    assert all(float(row["val.loss"]) > 0 for row in rows)
+    assert "| job |" in (tmp_path / "summary.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("model.hidden_dim=30", "model.hidden_dim must be divisible by model.num_heads"),
+        ("model.dropout=-0.1", "model.dropout must be in [0, 1)"),
+        ("trainer.precision=float64", "trainer.precision must be one of"),
+        ("data.name=wmt", "data.name must be one of"),
+    ],
+)
+def test_bad_values_are_rejected_before_any_data_is_read(override, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        validate(compose_config(override))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["model.nope=1"], "model.nope"),
+        (["model.num_layers=two"], "model.num_layers"),
+        (["model=huge"], "model/huge"),
+        (["model.hidden_dim=30"], "hidden_dim=30, num_heads=2"),
+        (["data=parallel"], "data.train.source"),
+        (["data=parallel", "data.train.source=/no/such.en", "data.train.target=/no/such.de",
+          "data.val.source=/no/such.en", "data.val.target=/no/such.de"], "/no/such.en"),
+    ],
+)
+def test_config_and_path_mistakes_end_with_one_clear_line(tmp_path, args, message):
+    result = run_cli("train", "debug=smoke", *args, f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and message in lines[-1], result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+
+
+def test_mismatched_parallel_files_name_both_files(tmp_path):
+    (tmp_path / "a.en").write_text("one\ntwo\nthree\n")
+    (tmp_path / "a.de").write_text("eins\nzwei\n")
+    cfg = compose_config(
+        "data=parallel", f"data.train.source={tmp_path / 'a.en'}", f"data.train.target={tmp_path / 'a.de'}",
+        f"data.val.source={tmp_path / 'a.en'}", f"data.val.target={tmp_path / 'a.de'}",
+    )
+    with pytest.raises(DataError, match="a.en has 3 lines but .*a.de has 2"):
+        train(cfg, tmp_path / "run")
