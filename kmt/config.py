@@ -131,6 +131,10 @@ def validate(cfg):
     _check(not missing, f"{', '.join(missing)} must be set, e.g. {missing[0] if missing else ''}=VALUE")
     model, data, optim, trainer, decode = cfg.model, cfg.data, cfg.optim, cfg.trainer, cfg.decode
     _check(data.name in DATASETS, f"data.name must be one of {', '.join(DATASETS)}. Received: {data.name!r}")
+    if data.name == "parallel":
+        unset = [f"data.{split}.{side}" for split in ("train", "val") for side in ("source", "target")
+                 if not data[split][side]]
+        _check(not unset, f"data=parallel needs file paths: set {', '.join(f'{key}=PATH' for key in unset)}")
     for key in ("num_layers", "hidden_dim", "num_heads", "intermediate_dim", "max_length"):
         _check(model[key] > 0, f"model.{key} must be positive. Received: model.{key}={model[key]}")
     _check(
