@@ -21,7 +21,8 @@ from kmt.errors import KmtError
 _FLAGS_WITH_VALUE = {"-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir", "--cfg", "-c",
                      "--package", "-p", "--experimental-rerun", "--info", "-i"}
 _INFO_FLAGS = {"-h", "--help", "--hydra-help", "--version", "--shell-completion", "-sc", "--resolve"}
-_NOISE = ("To append to your config", "object_type=", "Set the environment variable", "See https://")
+_NOISE = ("To append to your config", "object_type=", "reference_type=", "Set the environment variable",
+          "See https://", "- schema", "schema")
 _MAX_SWEEP_JOBS_CHECKED = 256
 
 
@@ -37,7 +38,10 @@ def one_line(error):
     cause = error.__cause__
     if cause is not None and str(cause).strip() and str(cause).strip().splitlines()[0] not in lines:
         lines += [line.strip() for line in str(cause).splitlines() if line.strip()]
-    return "; ".join(line for line in lines if not line.startswith(_NOISE))
+    if "Config search path:" in lines:  # what follows lists Hydra's internals
+        lines = lines[: lines.index("Config search path:")]
+    lines = [line.rstrip(".:;") for line in lines if not line.startswith(_NOISE)]
+    return "; ".join(lines).replace("Available options in", "available options in")
 
 
 @contextlib.contextmanager
