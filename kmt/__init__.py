@@ -1,3 +1,10 @@
-"""kmt: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as Keras 3 layers, for translation."""
+"""kmt: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as Keras 3 layers, for translation.
+
+Importing kmt registers its Keras objects (layers, mask functions, loss, metric, schedule), so a saved
+`model.keras` loads with `keras.saving.load_model(path)` (safe mode on) after `import kmt`.
+"""
+
+from kmt import layers, losses, schedule  # noqa: F401  (registers the Keras serializables)
+from kmt.model import build_transformer  # noqa: F401
 
 __version__ = "0.1.0"

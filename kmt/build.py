@@ -49,3 +49,17 @@ def compile_model(model, cfg):
         jit_compile=cfg.trainer.jit_compile,
     )
     return model
+
+
+def build_translator(model, vocabularies, decode_cfg):
+    """A text-to-text `kmt.export.Translator` with the search settings of `cfg.decode`."""
+    from kmt.export import Translator
+
+    return Translator(
+        model,
+        vocabularies,
+        beam_size=decode_cfg.beam_size,
+        length_penalty=decode_cfg.length_penalty,
+        max_length_a=decode_cfg.max_length_a,
+        max_length_b=decode_cfg.max_length_b,
+    )

@@ -1,6 +1,5 @@
 """`train(cfg, run_dir)`: config -> tokenizer -> tf.data -> model.fit -> checkpoints -> metrics -> export."""
 
-import json
 import logging
 import math
 import time
@@ -10,12 +9,15 @@ import keras
 from omegaconf import OmegaConf
 
 from kmt import config as config_lib
-from kmt.build import build_model, compile_model
+from kmt.build import build_model, build_translator, compile_model
 from kmt.callbacks import AtomicBackupAndRestore, EpochCheckpoint, TrainingStats, write_json_atomically
 from kmt.data import load_corpus
 from kmt.data.pipeline import count_batches, encode_split, make_dataset
 from kmt.errors import KmtError
+from kmt.export import export_translator
+from kmt.scoring import translation_scores
 from kmt.tokenizer import Vocabularies
+from kmt.translation import batch_fn, translate_lines
 
 logger = logging.getLogger(__name__)
 
@@ -99,18 +101,39 @@ def train(cfg, run_dir):
         )
     model.save(run_dir / "model.keras")
 
-    metrics = {"train": {
-        "tokens_per_second": splits["train"].target_tokens * len(stats.epoch_seconds) / sum(stats.epoch_seconds)
-        if stats.epoch_seconds else None,
-        "wall_seconds": wall_seconds,
-        "epochs": cfg.trainer.epochs,
-        "parameters": model.count_params(),
-    }}
-    for name, split in splits.items():
-        if name == "train":
-            continue
-        scores = model.evaluate(make_dataset(split, **batching), verbose=0, return_dict=True)
-        metrics[name] = {"loss": scores["loss"], "accuracy": scores["accuracy"], "pairs": len(split)}
+    translator = build_translator(model, vocabularies, cfg.decode)
+    metrics = {"train": train_stats(splits["train"], stats, wall_seconds, cfg.trainer.epochs, model)}
+    for name in ("val", "test"):
+        if name in splits:
+            metrics[name] = evaluate_split(model, translator, splits[name], corpus[name], batching, cfg.decode)
+            logger.info("%s: %s", name, _summary(metrics[name]))
+    if cfg.trainer.export:
+        metrics["export"] = {"path": "export", "bytes": export_translator(translator, run_dir / "export")}
     write_json_atomically(run_dir / "metrics.json", metrics)
-    logger.info("metrics: %s", json.dumps(metrics))
     return metrics["val"][cfg.trainer.objective]
+
+
+def train_stats(split, stats, wall_seconds, epochs, model):
+    """Throughput of this invocation: target tokens per second of training, leaving out the first epoch (which
+    pays for tracing and compilation) when there are more."""
+    seconds = stats.epoch_seconds[1:] or stats.epoch_seconds
+    return {
+        "tokens_per_second": split.target_tokens * len(seconds) / sum(seconds) if seconds else None,
+        "wall_seconds": wall_seconds,
+        "epochs": epochs,
+        "parameters": model.count_params(),
+    }
+
+
+def evaluate_split(model, translator, split, text, batching, decode_cfg):
+    """Loss and token accuracy on the kept pairs; BLEU, chrF and exact match of decoded translations of every
+    source sentence against its reference."""
+    scores = model.evaluate(make_dataset(split, **batching), verbose=0, return_dict=True)
+    translations, _ = translate_lines(batch_fn(translator.translate), text.source, decode_cfg.batch_size)
+    return {"loss": scores["loss"], "accuracy": scores["accuracy"], "pairs": len(text)} | translation_scores(
+        translations, text.target
+    )
+
+
+def _summary(metrics):
+    return ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if isinstance(v, float))

@@ -8,6 +8,7 @@ treatment from `exit_on_user_error`; anything else is a bug and keeps its traceb
 
 import contextlib
 import itertools
+import logging
 import sys
 
 from hydra import compose, initialize_config_dir
@@ -42,6 +43,12 @@ def one_line(error):
         lines = lines[: lines.index("Config search path:")]
     lines = [line.rstrip(".:;") for line in lines if not line.startswith(_NOISE)]
     return "; ".join(lines).replace("Available options in", "available options in")
+
+
+def quiet_tensorflow():
+    """Keeps TensorFlow's and absl's INFO chatter (SavedModel internals, asset paths) out of kmt's logs."""
+    for name in ("absl", "tensorflow"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 @contextlib.contextmanager

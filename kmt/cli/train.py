@@ -10,7 +10,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 
-from kmt.cli.errors import exit_on_user_error, check_overrides  # noqa: E402
+from kmt.cli.errors import check_overrides, exit_on_user_error, quiet_tensorflow  # noqa: E402
 from kmt.config import register_configs  # noqa: E402
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "conf")
@@ -22,6 +22,8 @@ register_configs()
 @hydra.main(config_path=CONFIG_DIR, config_name="config", version_base="1.3")
 def run(cfg):
     from kmt.training import train  # TensorFlow loads here, after the config is known to be good
+
+    quiet_tensorflow()
 
     with exit_on_user_error():
         return train(cfg, HydraConfig.get().runtime.output_dir)

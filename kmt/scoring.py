@@ -1,0 +1,54 @@
+"""Translation quality: sacreBLEU and chrF on raw text, the lowercased tokenized BLEU of the Multi30k
+literature, and exact match.
+
+Two BLEU conventions (see `$KMT_DATA_DIR/multi30k/README.md`):
+
+- `sacre_scores`: sacreBLEU with its default 13a tokenization on cased, detokenized text. Comparable across
+  papers that report sacreBLEU, and printed with its signature so anyone can reproduce it.
+- `tokenized_bleu`: lowercase, normalize punctuation and Moses-tokenize the hypotheses (sacremoses, with Moses'
+  XML escaping), then BLEU with no further tokenization against the lowercased, Moses-tokenized references
+  (Multi30k's `tok/*.lc.norm.tok.*`). This is what published Multi30k numbers use; it is not comparable with
+  sacreBLEU.
+"""
+
+from sacrebleu.metrics import BLEU, CHRF
+
+
+def sacre_scores(hypotheses, references):
+    """sacreBLEU BLEU and chrF of `hypotheses` against one reference each, with their signatures."""
+    bleu, chrf = BLEU(), CHRF()
+    bleu_score = bleu.corpus_score(hypotheses, [references])
+    chrf_score = chrf.corpus_score(hypotheses, [references])
+    return {
+        "bleu": bleu_score.score,
+        "chrf": chrf_score.score,
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+    }
+
+
+def moses_tokenize(sentences, lang):
+    """Lowercase, normalize punctuation and tokenize the way Multi30k's `tok/` files were made."""
+    from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
+    normalizer, tokenizer = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
+    return [tokenizer.tokenize(normalizer.normalize(s.lower()), return_str=True, escape=True) for s in sentences]
+
+
+def tokenized_bleu(hypotheses, tokenized_references, lang):
+    """BLEU of Moses-tokenized, lowercased `hypotheses` against already tokenized references (no 13a)."""
+    bleu = BLEU(tokenize="none", force=True)
+    score = bleu.corpus_score(moses_tokenize(hypotheses, lang), [tokenized_references])
+    return {"tokenized_bleu": score.score, "tokenized_bleu_signature": str(bleu.get_signature())}
+
+
+def exact_match(hypotheses, references):
+    """Share of hypotheses equal to their reference after stripping outer whitespace."""
+    if not references:
+        return 0.0
+    return sum(h.strip() == r.strip() for h, r in zip(hypotheses, references)) / len(references)
+
+
+def translation_scores(hypotheses, references):
+    """Every raw-text score kmt reports: BLEU, chrF (with signatures) and exact match."""
+    return sacre_scores(hypotheses, references) | {"exact_match": exact_match(hypotheses, references)}

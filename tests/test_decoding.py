@@ -1,0 +1,207 @@
+import math
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from kmt.decoding import (
+    beam_search,
+    cached_next_fn,
+    decode_length,
+    encode,
+    expand_to_beams,
+    greedy_search,
+    translate_ids,
+    uncached_next_fn,
+)
+from kmt.model import build_transformer
+
+TINY = dict(vocab_size=20, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0, max_length=24)
+UNTIED_PRE_NORM = dict(
+    shared_embeddings=False, target_vocab_size=17, tied_output=False, norm_first=True, learned_positions=True
+)
+SOURCE = np.array([[5, 6, 7, 8, 9, 3, 0], [4, 4, 5, 3, 0, 0, 0], [7, 11, 13, 17, 19, 12, 3]], "int32")
+PAD, START, END, X, Y, JUNK_TOKEN = 0, 2, 3, 4, 5, 1  # the fake vocabulary of the tree tests
+VOCAB = 6
+
+
+def _np(x):
+    return ops.convert_to_numpy(x)
+
+
+def _log_softmax(x):
+    x = x - x.max(axis=-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+
+class Tree:
+    """A fake language model over VOCAB tokens: a state machine whose state (node id per row) the search carries.
+
+    `nodes[i] = (probs, children)`: token -> probability (unlisted tokens get 1e-6) and token -> next node
+    (unlisted tokens lead to the last node). Because the node travels in `state`, a search that reorders its beams
+    but not its state produces wrong log-probabilities.
+    """
+
+    def __init__(self, nodes):
+        self.table = np.full((len(nodes), VOCAB), 1e-6)
+        self.children = np.full((len(nodes), VOCAB), len(nodes) - 1)
+        for i, (probs, children) in enumerate(nodes):
+            for token, p in probs.items():
+                self.table[i, token] = p
+            for token, child in children.items():
+                self.children[i, token] = child
+        self.log_probs = _log_softmax(np.log(self.table))  # what the search sees, pad included in the softmax
+
+    def next_fn(self, tokens, index, node):
+        token = ops.take(tokens, ops.reshape(index, (1,)), axis=1)[:, 0]  # (N,)
+        moved = ops.take(ops.convert_to_tensor(self.children.reshape(-1), "int32"), node * VOCAB + token)
+        node = ops.where(ops.equal(index, 0), node, moved)  # index 0 holds the start token: stay at the root
+        return ops.take(ops.convert_to_tensor(np.log(self.table), "float32"), node, axis=0), node
+
+    def log_prob(self, tokens, node=0):
+        """Sum of log-probabilities of the emitted tokens (after the start token, up to and including the end)."""
+        total = 0.0
+        for token in tokens[1:]:
+            if token == PAD:
+                break
+            total += self.log_probs[node, token]
+            node = self.children[node, token]
+        return total
+
+
+# Greedy takes X (0.55) and ends (0.55 * 0.4 = 0.22); "Y END" is better (0.45 * 0.9 = 0.405).
+CLASSIC = Tree([({X: 0.55, Y: 0.45}, {X: 1, Y: 2}), ({END: 0.4, X: 0.3, Y: 0.3}, {}), ({END: 0.9}, {}), ({}, {})])
+# "X END" (log p ~ -0.89, 2 tokens) against "Y Y Y END" (log p ~ -1.07, 4 tokens); the junk node never ends.
+SHORT_LONG = Tree(
+    [
+        ({X: 0.6, Y: 0.4}, {X: 1, Y: 2}),
+        ({END: 0.683, JUNK_TOKEN: 0.317}, {}),
+        ({Y: 0.95, JUNK_TOKEN: 0.05}, {Y: 3}),
+        ({Y: 0.95, JUNK_TOKEN: 0.05}, {Y: 4}),
+        ({END: 0.95, JUNK_TOKEN: 0.05}, {}),
+        ({JUNK_TOKEN: 0.6, X: 0.4}, {}),
+    ]
+)
+
+
+def _search(tree, beam_size=None, alpha=0.0, max_length=8, start_nodes=(0,)):
+    state = ops.convert_to_tensor(np.array(start_nodes, "int32"))
+    if beam_size is None:
+        return [_np(x) for x in greedy_search(tree.next_fn, state, len(start_nodes), max_length)]
+    state = expand_to_beams(state, beam_size)
+    return [_np(x) for x in beam_search(tree.next_fn, state, len(start_nodes), max_length, beam_size, alpha)]
+
+
+def test_beam_finds_the_better_sequence_that_greedy_misses():
+    greedy, greedy_score = _search(CLASSIC)
+    beam, beam_score = _search(CLASSIC, beam_size=2)
+    np.testing.assert_array_equal(greedy[0, :3], [START, X, END])
+    np.testing.assert_array_equal(beam[0, :3], [START, Y, END])
+    np.testing.assert_allclose(greedy_score, [math.log(0.22)], rtol=1e-4)
+    np.testing.assert_allclose(beam_score, [CLASSIC.log_prob(beam[0])], rtol=1e-5)
+    assert beam_score[0] > greedy_score[0]
+    np.testing.assert_array_equal(_search(CLASSIC, beam_size=1)[0], greedy)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0, 2.0])
+def test_length_penalty_picks_the_winner_the_formula_predicts(alpha):
+    short, long = [START, X, END], [START, Y, Y, Y, END]
+    scores = {len(y) - 1: SHORT_LONG.log_prob(y) / ((5 + len(y) - 1) / 6) ** alpha for y in (short, long)}
+    expected = short if scores[2] > scores[4] else long  # switches near alpha = ln(1.2) / ln(9 / 7) ~ 0.73
+    assert (expected is short) == (alpha < 0.7)
+    tokens, score = _search(SHORT_LONG, beam_size=2, alpha=alpha)
+    np.testing.assert_array_equal(tokens[0, : len(expected)], expected)
+    assert (tokens[0, len(expected) :] == PAD).all()
+    np.testing.assert_allclose(score, [scores[len(expected) - 1]], rtol=1e-5)
+
+
+@pytest.mark.parametrize("beam_size", [None, 1, 2])
+def test_sequences_stop_at_end_then_pad_and_respect_max_length(beam_size):
+    # Row 0 (root 0) emits X X END; row 1 (root 3) repeats X and is cut at max_length.
+    step = {X: 0.7, Y: 0.3}
+    nodes = [(step, {X: 1}), (step, {X: 2}), ({END: 0.7, Y: 0.3}, {}), (step, {X: 3}), ({Y: 0.8, X: 0.2}, {})]
+    tree = Tree(nodes)  # the last node (after any Y) never ends
+    tokens, scores = _search(tree, beam_size, alpha=0.6, max_length=6, start_nodes=(0, 3))
+    np.testing.assert_array_equal(tokens, [[START, X, X, END, PAD, PAD, PAD], [START] + [X] * 6])
+    penalties = [1.0, 1.0] if beam_size is None else [((5 + 3) / 6) ** 0.6, ((5 + 6) / 6) ** 0.6]
+    expected = [tree.log_prob(tokens[0]) / penalties[0], tree.log_prob(tokens[1], node=3) / penalties[1]]
+    np.testing.assert_allclose(scores, expected, rtol=1e-5)
+
+
+def _random_model(**overrides):
+    keras.utils.set_random_seed(1)
+    return build_transformer(**TINY | overrides)
+
+
+@pytest.mark.parametrize("overrides", [{}, UNTIED_PRE_NORM], ids=["tied_post_norm", "untied_pre_norm"])
+def test_cached_and_uncached_next_fn_give_the_models_logits(overrides):
+    model = _random_model(num_layers=2, **overrides)
+    length = 6
+    tokens = np.random.default_rng(0).integers(1, 17, size=(3, length + 1)).astype("int32")
+    tokens[:, 0] = START
+    expected = _np(model({"source": SOURCE, "target_in": tokens}, training=False))  # (B, L+1, V)
+    encoder_outputs, source_mask = encode(model, ops.convert_to_tensor(SOURCE))
+    cached, state = cached_next_fn(model, encoder_outputs, source_mask, length)
+    uncached, empty = uncached_next_fn(model, encoder_outputs, source_mask, length)
+    for index in range(length):
+        index_tensor = ops.convert_to_tensor(index, "int32")
+        logits, state = cached(ops.convert_to_tensor(tokens), index_tensor, state)
+        np.testing.assert_allclose(_np(logits), expected[:, index], atol=1e-5)
+        np.testing.assert_allclose(_np(uncached(tokens, index_tensor, empty)[0]), expected[:, index], atol=1e-5)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_cached_and_uncached_decoding_agree(beam_size):
+    model = _random_model(num_layers=2, **UNTIED_PRE_NORM)
+    cached, cached_scores = (_np(x) for x in translate_ids(model, SOURCE, beam_size=beam_size))
+    uncached, uncached_scores = (_np(x) for x in translate_ids(model, SOURCE, beam_size=beam_size, use_cache=False))
+    np.testing.assert_array_equal(cached, uncached)
+    np.testing.assert_allclose(cached_scores, uncached_scores, atol=1e-4)
+    assert cached.shape == (3, min(24, math.ceil(1.5 * 7 + 10)))
+    for row in cached:  # no pad before the end token, only pad after it
+        ends = np.flatnonzero(row == END)
+        stop = ends[0] + 1 if len(ends) else len(row)
+        assert (row[:stop] != PAD).all() and (row[stop:] == PAD).all()
+
+
+def test_beam_size_one_equals_greedy_on_a_model():
+    model = _random_model()
+    encoder_outputs, source_mask = encode(model, ops.convert_to_tensor(SOURCE))
+    next_fn, state = cached_next_fn(model, encoder_outputs, source_mask, 9)
+    greedy, _ = greedy_search(next_fn, state, 3, 9)
+    beam, _ = beam_search(next_fn, expand_to_beams(state, 1), 3, 9, beam_size=1)
+    np.testing.assert_array_equal(_np(beam), _np(greedy))
+    np.testing.assert_array_equal(_np(translate_ids(model, SOURCE, max_length=9)[0]), _np(greedy)[:, 1:])
+
+
+def test_translate_ids_limits_and_errors():
+    model = _random_model()
+    assert tuple(translate_ids(model, SOURCE, max_length=5)[0].shape) == (3, 5)
+    dynamic = (ops.convert_to_tensor(7),) if keras.backend.backend() == "tensorflow" else ()  # as in tf.function
+    for source_length in (7, *dynamic):
+        assert int(decode_length(source_length, 24, 1.5, 10)) == 21  # ceil(1.5 * 7 + 10)
+        assert int(decode_length(source_length, 24, 2.0, 1)) == 15
+        assert int(decode_length(source_length, 12, 1.5, 10)) == 12
+    with pytest.raises(ValueError, match="beam_size=0"):
+        translate_ids(model, SOURCE, beam_size=0)
+    source = keras.Input((None,), dtype="int32")
+    with pytest.raises(ValueError, match="Received: model 'not_a_transformer'"):
+        translate_ids(keras.Model(source, keras.layers.Embedding(5, 4)(source), name="not_a_transformer"), SOURCE)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="tf.function is TensorFlow's")
+@pytest.mark.parametrize("beam_size", [1, 2])
+def test_translate_ids_runs_in_a_tf_function_with_dynamic_shapes(beam_size):
+    import tensorflow as tf
+
+    model = _random_model()
+    translate = tf.function(
+        lambda source: translate_ids(model, source, beam_size=beam_size),
+        input_signature=[tf.TensorSpec([None, None], tf.int32)],
+    )
+    for source in (SOURCE, SOURCE[:2, :4]):
+        eager_tokens, eager_scores = translate_ids(model, source, beam_size=beam_size)
+        graph_tokens, graph_scores = translate(tf.constant(source))
+        np.testing.assert_array_equal(graph_tokens.numpy(), _np(eager_tokens))
+        np.testing.assert_allclose(graph_scores.numpy(), _np(eager_scores), atol=1e-5)
