@@ -36,6 +36,9 @@ class Tokenizer:
     Args:
         model_proto: bytes. A serialized SentencePiece model, as written by `train_tokenizer`.
 
+    Caution: `tf.random.set_seed` (and so `keras.utils.set_random_seed`) clears TensorFlow's eager kernel cache,
+    which deletes the SentencePiece resource of every tokenizer made before it. Seed first, then make tokenizers.
+
     Example:
     >>> tokenizer = train_tokenizer(["a small corpus", "of two lines"], vocab_size=40)  # doctest: +SKIP
     >>> tokenizer.detokenize(tokenizer.tokenize(["small lines"]))  # doctest: +SKIP

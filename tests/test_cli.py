@@ -1,0 +1,57 @@
+"""The console scripts on a real (smoke) run: kmt-translate, kmt-evaluate, kmt-export."""
+
+import json
+
+import pytest
+
+from tests.helpers import run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def test_translate_keeps_lines_aligned(smoke_run):
+    lines = ["Tuesday, March 5, 1996", "", "   ", "5 june 2001", "z" * 10_000, "😀"] + ["1 May 1990"] * 100
+    result = run_cli("translate", smoke_run / "export", "--batch-size", "16", input="\n".join(lines) + "\n")
+    assert result.returncode == 0, result.stderr[-2000:]
+    outputs = result.stdout.split("\n")[:-1]
+    assert len(outputs) == len(lines)
+    assert outputs[1] == "" and outputs[2] == ""
+    assert len(set(outputs[6:])) == 1  # the same sentence gets the same translation in any batch
+
+
+def test_translate_rejects_a_directory_that_is_not_an_export(tmp_path):
+    result = run_cli("translate", tmp_path, input="hello\n")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("error: ") and "saved_model.pb" in result.stderr
+
+
+def test_evaluate_prints_sacrebleu_scores_with_signatures(smoke_run, tmp_path):
+    source, reference = tmp_path / "test.src", tmp_path / "test.tgt"
+    source.write_text("Tuesday, March 5, 1996\n5 june 2001\n")
+    reference.write_text("1996-03-05\n2001-06-05\n")
+    result = run_cli("evaluate", smoke_run / "export", "--source", source, "--reference", reference,
+                     "--tokenized-reference", reference, "--lang", "en", "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    scores = json.loads(result.stdout.strip().splitlines()[-1])
+    assert scores["sentences"] == 2 and 0 <= scores["bleu"] <= 100 and 0 <= scores["chrf"] <= 100
+    assert scores["bleu_signature"].startswith("nrefs:1|case:mixed") and "tok:13a" in scores["bleu_signature"]
+    assert "tok:none" in scores["tokenized_bleu_signature"]
+    text = run_cli("evaluate", smoke_run / "export", "--source", source, "--reference", reference)
+    assert text.returncode == 0 and "BLEU = " in text.stdout and "chrF = " in text.stdout
+
+
+def test_evaluate_rejects_mismatched_files(smoke_run, tmp_path):
+    (tmp_path / "a").write_text("one\ntwo\n")
+    (tmp_path / "b").write_text("eins\n")
+    result = run_cli("evaluate", smoke_run / "export", "--source", tmp_path / "a", "--reference", tmp_path / "b")
+    assert result.returncode == 2 and "has 2 lines but" in result.stderr.strip().splitlines()[-1]
+
+
+def test_export_rebuilds_from_a_checkpoint(smoke_run, tmp_path):
+    result = run_cli("export", smoke_run, "--checkpoint", "best", "--output", tmp_path / "best", "--beam-size", "2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "best" / "saved_model.pb").exists()
+    translated = run_cli("translate", tmp_path / "best", input="Tuesday, March 5, 1996\n")
+    assert translated.returncode == 0 and len(translated.stdout.splitlines()) == 1
+    missing = run_cli("export", smoke_run, "--checkpoint", tmp_path / "nope.weights.h5")
+    assert missing.returncode == 2 and "no checkpoint at" in missing.stderr

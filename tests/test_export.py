@@ -1,0 +1,82 @@
+"""The SavedModel: text in, text out, reloaded in a fresh process, inspected with saved_model_cli."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import pytest
+
+from kmt.data.dates import generate_date_pairs
+from kmt.export import Translator, export_translator
+from kmt.model import build_transformer
+from kmt.tokenizer import Vocabularies
+
+pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="SavedModels need TensorFlow")
+
+SENTENCES = ["Tuesday, March 5, 1996", "", "   ", "the 1st of june 2031", "x" * 10_000, "日本語 😀 مرحبا"]
+
+
+@pytest.fixture(scope="module")
+def translator():
+    pairs = generate_date_pairs(300, seed=0)
+    vocabularies = Vocabularies.train([s for s, _ in pairs], [t for _, t in pairs], joint=True, vocab_size=320)
+    model = build_transformer(
+        vocabularies.source.vocab_size, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, max_length=24
+    )
+    return Translator(model, vocabularies, beam_size=3, max_length_b=5), model
+
+
+def _reload_and_translate(export_dir, sentences):
+    script = (
+        "import json, sys, tensorflow as tf, tensorflow_text\n"
+        "m = tf.saved_model.load(sys.argv[1])\n"
+        "out = m.signatures['translate'](text=tf.constant(json.loads(sys.argv[2])))\n"
+        "print(json.dumps([t.decode() for t in out['translation'].numpy()]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script, str(export_dir), json.dumps(sentences)],
+                            capture_output=True, text=True, env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_one_output_per_input_empty_in_empty_out(translator):
+    translator, _ = translator
+    outputs = translator.translate(text=__import__("tensorflow").constant(SENTENCES))
+    translations = [t.decode() for t in outputs["translation"].numpy()]
+    assert len(translations) == len(SENTENCES) and outputs["score"].shape == (len(SENTENCES),)
+    assert translations[1] == "" and translations[2] == ""
+
+
+def test_fresh_process_reload_matches_in_process(translator, tmp_path):
+    translator, model = translator
+    size = export_translator(translator, tmp_path / "export")
+    expected = translator(SENTENCES)
+    assert _reload_and_translate(tmp_path / "export", SENTENCES) == expected
+    weights = sum(w.numpy().nbytes for w in model.weights)
+    variables = sum(f.stat().st_size for f in (tmp_path / "export" / "variables").iterdir())
+    assert variables < 1.5 * weights  # each weight written once, no optimizer state
+    assert size > variables
+
+
+def test_saved_model_cli_lists_both_string_signatures(translator, tmp_path):
+    translator, _ = translator
+    export_translator(translator, tmp_path / "export")
+    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    result = subprocess.run([cli, "show", "--dir", str(tmp_path / "export"), "--all"], capture_output=True,
+                            text=True, env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    for signature in ("translate", "serving_default"):
+        block = result.stdout.split(f"signature_def['{signature}']")[1].split("signature_def[")[0]
+        assert "inputs['text']" in block and "dtype: DT_STRING" in block
+        assert "outputs['translation']" in block and "outputs['score']" in block
+
+
+def test_export_replaces_an_old_export_whole(translator, tmp_path):
+    translator, _ = translator
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "stale.txt").write_text("old")
+    export_translator(translator, tmp_path / "export")
+    assert not (tmp_path / "export" / "stale.txt").exists()
+    assert not (tmp_path / "export.partial").exists()
