@@ -1,0 +1,107 @@
+"""A TensorFlow SavedModel that translates text: tokenizer, encoder, cached search and detokenizer in one graph.
+
+The graph holds stock TensorFlow ops plus tensorflow-text's SentencePiece ops, so a process that has run
+`import tensorflow_text` (which registers those ops) can load and serve it with `tf.saved_model.load`,
+`saved_model_cli` or TensorFlow Serving; no kmt code is needed. Signatures `translate` and `serving_default`
+take `text`: tf.string `[None]` and return `translation`: tf.string `[None]` and `score`: float32 `[None]`
+(the hypothesis' log-probability, divided by the length penalty under beam search).
+
+Only the model's weights are saved, once each, through the `tf.Module` object graph; no optimizer state.
+"""
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+from kmt.decoding import translate_ids
+
+logger = logging.getLogger(__name__)
+
+TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
+
+
+class Translator(tf.Module):
+    """Text to text with a trained model: `translator.translate(tf.constant(["..."]))["translation"]`.
+
+    Inputs are truncated to the model's `max_length` tokens; empty or whitespace-only inputs give empty outputs.
+
+    Args:
+        model: a `build_transformer` model.
+        vocabularies: the run's `kmt.tokenizer.Vocabularies`.
+        beam_size: int. 1 for greedy search. Defaults to `4`.
+        length_penalty: float. GNMT alpha. Defaults to `0.6`.
+        max_length_a, max_length_b: output limit `a * source_length + b` tokens. Default to `1.5` and `10`.
+        max_length: int. Longest input and output in tokens. Defaults to the model's.
+    """
+
+    def __init__(self, model, vocabularies, beam_size=4, length_penalty=0.6, max_length_a=1.5, max_length_b=10,
+                 max_length=None):
+        super().__init__(name="translator")
+        # What the SavedModel must hold: the weights and the SentencePiece resources. The Keras model itself stays
+        # in the closure below, untracked.
+        #
+        # The weights are tracked as the tf.Variables inside the Keras variables (`v.value`), not as the Keras
+        # variables: those are what the traced graph captures (it reads `keras_variable.value.handle`), so they
+        # are what a loader must restore. A tracked Keras variable exports as a *second* graph variable,
+        # `tf.Variable(<the inner one>)` (keras.src.backend.tensorflow.core.Variable._export_to_saved_model_graph),
+        # and the saver would restore that copy while the signatures read the inner variable: `tf.saved_model.load`
+        # copes (it restores through the object graph), but TF1 session loaders (saved_model_cli, TensorFlow
+        # Serving) run only the saver's restore op and fail with "Could not find variable ...".
+        self.model_variables = [v.value if isinstance(v, keras.Variable) else v for v in model.variables]
+        self.source_ops = vocabularies.source._op
+        self.target_ops = vocabularies.target._op
+        search = dict(
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+            max_length_a=max_length_a,
+            max_length_b=max_length_b,
+            max_length=max_length or model.get_layer("source_embedding").max_length,
+        )
+        source_tokenizer, target_tokenizer = vocabularies.source, vocabularies.target
+
+        def translate(text):
+            ids = source_tokenizer.tokenize(text)[:, : search["max_length"]]  # (B, None) ragged, truncated
+            source = ids.to_tensor(default_value=0)  # (B, S)
+            source = tf.pad(source, [[0, 0], [0, tf.maximum(1 - tf.shape(source)[1], 0)]])  # S >= 1 if all empty
+            tokens, scores = translate_ids(model, source, **search)  # (B, L), (B,)
+            translation = target_tokenizer.detokenize(tokens)  # (B,)
+            empty = tf.equal(ids.row_lengths(), 0)
+            return {
+                "translation": tf.where(empty, tf.constant(""), translation),
+                "score": tf.where(empty, tf.zeros_like(scores), tf.cast(scores, tf.float32)),
+            }
+
+        self.translate = tf.function(translate, input_signature=[TEXT_SPEC])
+
+    def __call__(self, sentences):
+        """Translates a list of str; returns a list of str."""
+        outputs = self.translate(tf.constant(list(sentences), dtype=tf.string))
+        return [t.decode("utf-8") for t in outputs["translation"].numpy()]
+
+
+def inference_model(model):
+    """An uncompiled copy of `model` with the same weights: what a Translator should hold, so that the optimizer's
+    slots (twice the weights under Adam) stay out of the SavedModel."""
+    copy = model.__class__.from_config(model.get_config())
+    copy.set_weights(model.get_weights())
+    return copy
+
+
+def export_translator(translator, directory):
+    """Writes `translator` as a SavedModel at `directory`, replacing what was there only once the new one is
+    complete. Returns the size in bytes."""
+    directory = Path(directory)
+    partial = directory.with_name(directory.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    signatures = {"translate": translator.translate, "serving_default": translator.translate}
+    tf.saved_model.save(translator, str(partial), signatures=signatures)
+    if directory.exists():
+        shutil.rmtree(directory)
+    os.replace(partial, directory)
+    size = sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
+    logger.info("exported a SavedModel to %s (%.1f MB)", directory, size / 1e6)
+    return size
