@@ -2,6 +2,7 @@
 
 import csv
 import json
+import os
 import re
 
 import pytest
@@ -114,3 +115,13 @@ def test_mismatched_parallel_files_name_both_files(tmp_path):
     )
     with pytest.raises(DataError, match="a.en has 3 lines but .*a.de has 2"):
         train(cfg, tmp_path / "run")
+
+
+@pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
+@pytest.mark.parametrize("data", [["data=multi30k", "data.source_lang=de", "data.target_lang=en"], ["data=spa_eng"]])
+def test_smoke_run_on_a_slice_of_a_real_corpus(tmp_path, data):
+    cfg = compose_config(*data, "data.download=false", "trainer.export=false")
+    train(cfg, tmp_path)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["val"]["pairs"] == 300 and metrics["test"]["pairs"] == 300
+    assert 0 <= metrics["test"]["bleu"] <= 100

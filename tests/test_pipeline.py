@@ -1,0 +1,51 @@
+import numpy as np
+import pytest
+
+from kmt.data.pipeline import count_batches, encode_split, make_dataset
+from kmt.data.sources import ParallelText
+from kmt.tokenizer import END_ID, START_ID, Vocabularies
+
+SOURCES = ["a b c", "", "d e", "a " * 40, "b c d e f g", "c"] * 10
+TARGETS = ["x y", "y", "", "z", "x y z w", "w"] * 10
+
+
+@pytest.fixture(scope="module")
+def vocabularies():
+    return Vocabularies.train(SOURCES, TARGETS, joint=True, vocab_size=300)
+
+
+@pytest.fixture(scope="module")
+def split(vocabularies):
+    return encode_split("train", ParallelText(SOURCES, TARGETS), vocabularies, max_length=16)
+
+
+def test_empty_and_over_long_pairs_are_dropped_and_counted(split):
+    assert split.dropped == {"empty": 20, "too_long": 10}
+    assert len(split) == 30 and "" not in split.source_text and "" not in split.target_text
+
+
+def test_decoder_input_is_shifted_right_behind_a_start_token(split):
+    features, target_out = next(iter(make_dataset(split, max_length=16, batch_size=4)))
+    target_in, target_out = features["target_in"].numpy(), target_out.numpy()
+    assert (target_in[:, 0] == START_ID).all()
+    for row_in, row_out in zip(target_in, target_out):
+        length = int((row_out != 0).sum())
+        assert row_out[length - 1] == END_ID
+        np.testing.assert_array_equal(row_in[1:length], row_out[: length - 1])
+
+
+@pytest.mark.parametrize("max_tokens, batch_size", [(40, 0), (0, 7)])
+def test_batches_respect_the_budget_and_the_count_is_exact(split, max_tokens, batch_size):
+    dataset = make_dataset(split, max_length=16, max_tokens=max_tokens, batch_size=batch_size or 64)
+    batches = list(dataset)
+    assert len(batches) == count_batches(split, 16, max_tokens, batch_size or 64) == dataset.cardinality()
+    assert sum(int(f["source"].shape[0]) for f, _ in batches) == len(split)
+    for features, target_out in batches:
+        rows, width = features["source"].shape[0], max(features["source"].shape[1], target_out.shape[1])
+        assert rows * width <= max(max_tokens, width) if max_tokens else rows <= 7
+
+
+def test_shuffling_is_seeded(split):
+    first = [f["source"].numpy().tolist() for f, _ in make_dataset(split, 16, batch_size=4, shuffle=True, seed=1)]
+    again = [f["source"].numpy().tolist() for f, _ in make_dataset(split, 16, batch_size=4, shuffle=True, seed=1)]
+    assert first == again

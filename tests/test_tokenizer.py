@@ -1,0 +1,62 @@
+import pytest
+import tensorflow as tf
+
+from kmt.data.dates import generate_date_pairs
+from kmt.errors import ConfigError
+from kmt.tokenizer import END_ID, PAD_ID, START_ID, UNK_ID, Tokenizer, Vocabularies, train_tokenizer
+
+SOURCES = [s for s, _ in generate_date_pairs(400, seed=3)]
+TARGETS = [t for _, t in generate_date_pairs(400, seed=3)]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(SOURCES + TARGETS, vocab_size=330)
+
+
+def _round_trip(tokenizer, sentences):
+    return [t.decode() for t in tokenizer.detokenize(tokenizer.tokenize(tf.constant(sentences))).numpy()]
+
+
+def test_round_trips_seen_and_unseen_characters(tokenizer):
+    sentences = ["Tuesday, March 5, 1996", "1996-03-05", "日本語 😀 مرحبا Ωmega", ""]
+    assert _round_trip(tokenizer, sentences) == sentences
+    ids = tokenizer.tokenize(tf.constant(["😀"])).flat_values.numpy()
+    assert UNK_ID not in ids  # byte fallback: spelled in UTF-8 bytes, not <unk>
+
+
+def test_reserved_ids_and_special_tokens_decode_to_nothing(tokenizer):
+    ids = tokenizer.tokenize(tf.constant(["5 March 1996"])).to_tensor()
+    padded = tf.concat([[[START_ID]], ids, [[END_ID, PAD_ID, PAD_ID]]], axis=1)
+    assert tokenizer.detokenize(padded).numpy()[0].decode() == "5 March 1996"
+    assert tokenizer.id_to_piece(tf.constant([PAD_ID, UNK_ID, START_ID, END_ID])).numpy().tolist() == [
+        b"<pad>", b"<unk>", b"<s>", b"</s>"]
+
+
+def test_save_and_load_give_the_same_ids(tokenizer, tmp_path):
+    tokenizer.save(tmp_path / "joint")
+    assert (tmp_path / "joint.vocab").read_text().splitlines()[0].startswith("<pad>")
+    loaded = Tokenizer.load(tmp_path / "joint")
+    sentences = tf.constant(SOURCES[:20])
+    assert loaded.tokenize(sentences).to_list() == tokenizer.tokenize(sentences).to_list()
+
+
+def test_joint_and_separate_vocabularies(tmp_path):
+    joint = Vocabularies.train(SOURCES, TARGETS, joint=True, vocab_size=330)
+    assert joint.joint
+    joint.save(tmp_path / "a")
+    assert Vocabularies.load(tmp_path / "a").joint
+    separate = Vocabularies.train(SOURCES, TARGETS, joint=False, vocab_size=300, byte_fallback=False)
+    separate.save(tmp_path / "b")
+    loaded = Vocabularies.load(tmp_path / "b")
+    assert not loaded.joint and {p.name for p in (tmp_path / "b").iterdir()} >= {"source.model", "target.model"}
+
+
+def test_too_small_a_vocabulary_grows_to_fit_the_characters():
+    tokenizer = train_tokenizer(["abc", "abd"], vocab_size=270)
+    assert tokenizer.vocab_size >= 4 + 256 + 4
+
+
+def test_bad_model_type_is_a_config_error():
+    with pytest.raises(ConfigError, match="model_type='wordpiece'"):
+        train_tokenizer(SOURCES, vocab_size=400, model_type="wordpiece")
