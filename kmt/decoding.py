@@ -22,7 +22,7 @@ from typing import Callable, NamedTuple
 import keras
 from keras import ops
 
-from kmt.layers.masks import causal_mask, source_attention_mask, target_attention_mask
+from kmt.layers.masks import causal_mask, padding_mask, source_attention_mask, target_attention_mask
 
 NEG_INF = float("-inf")
 
@@ -52,6 +52,13 @@ def _length_penalty(length, alpha):
     return ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
 
 
+def _sentence_limits(batch_size, max_length, max_lengths):
+    """int32 `(B,)` per-sentence limits: `max_lengths`, or `max_length` for every sentence when it is None."""
+    if max_lengths is None:
+        return ops.zeros((batch_size,), "int32") + max_length
+    return ops.convert_to_tensor(max_lengths, "int32")
+
+
 def expand_to_beams(state, beam_size):
     """Repeats every row of every tensor in the nest `state` `beam_size` times on axis 0: (B, ...) -> (B*K, ...).
 
@@ -60,22 +67,25 @@ def expand_to_beams(state, beam_size):
     return keras.tree.map_structure(lambda x: ops.repeat(x, beam_size, axis=0), state)
 
 
-def greedy_search(next_fn, state, batch_size, max_length, start_id=2, end_id=3, pad_id=0):
-    """Emits the most probable token at each step until every sequence has emitted `end_id` or `max_length` tokens.
+def greedy_search(next_fn, state, batch_size, max_length, start_id=2, end_id=3, pad_id=0, max_lengths=None):
+    """Emits the most probable token at each step until every sequence has emitted `end_id` or reached its limit.
 
     Args:
         next_fn: `(tokens (B, L+1), index, state) -> (logits (B, V), state)`, see the module docstring.
         state: nest of tensors with leading axis B, passed to `next_fn`.
         batch_size: int or scalar tensor B.
-        max_length: int or scalar int tensor L, the most tokens emitted after the start token.
+        max_length: int or scalar int tensor L, the most tokens emitted after the start token (the loop bound).
         start_id, end_id, pad_id: ints. Defaults to `2`, `3`, `0`.
+        max_lengths: int `(B,)` each sentence's own limit (at most L); a sentence that reaches it is finished,
+            pad follows. Defaults to `None`: L for every sentence.
 
     Returns `(tokens, scores)`: int32 `(B, L+1)` with the start token in column 0 and pad after each `end_id`,
     and float32 `(B,)` sums of the log-probabilities of the emitted tokens (end included).
     """
+    max_lengths = _sentence_limits(batch_size, max_length, max_lengths)  # (B,)
     tokens = _start_tokens((batch_size,), max_length, start_id, pad_id)  # (B, L+1)
     scores = ops.zeros((batch_size,), "float32")
-    finished = ops.zeros((batch_size,), "bool")
+    finished = ops.less_equal(max_lengths, 0)  # (B,)
 
     def cond(index, tokens, scores, finished, state):
         return ops.logical_and(ops.less(index, max_length), ops.logical_not(ops.all(finished)))
@@ -88,6 +98,7 @@ def greedy_search(next_fn, state, batch_size, max_length, start_id=2, end_id=3, 
         token = ops.where(finished, pad_id, token)
         scores = scores + ops.where(finished, 0.0, token_log_prob)
         finished = ops.logical_or(finished, ops.equal(token, end_id))
+        finished = ops.logical_or(finished, ops.greater_equal(index + 1, max_lengths))
         return index + 1, _write_column(tokens, index + 1, token), scores, finished, state
 
     index = ops.convert_to_tensor(0, "int32")
@@ -96,7 +107,16 @@ def greedy_search(next_fn, state, batch_size, max_length, start_id=2, end_id=3, 
 
 
 def beam_search(
-    next_fn, state, batch_size, max_length, beam_size=4, length_penalty=0.6, start_id=2, end_id=3, pad_id=0
+    next_fn,
+    state,
+    batch_size,
+    max_length,
+    beam_size=4,
+    length_penalty=0.6,
+    start_id=2,
+    end_id=3,
+    pad_id=0,
+    max_lengths=None,
 ):
     """Beam search with the GNMT length penalty; returns the best finished hypothesis of each sentence.
 
@@ -104,22 +124,24 @@ def beam_search(
     |Y| counting the emitted tokens, end included. Each step extends the K alive beams by every token and keeps the
     2K best candidates by log-probability (at step 0 only beam 0 is alive, the others start at -inf). As in
     fairseq, a candidate ending in `end_id` is finished only if it ranks among the K best, and the K best
-    non-finished candidates stay alive; a candidate reaching `max_length` tokens is finished there.
+    non-finished candidates stay alive; a candidate reaching its sentence's limit (`max_lengths`) is finished there,
+    so at that step the sentence's K best candidates finish and it is complete.
 
     Stopping: a sentence is complete once K hypotheses have finished (fairseq's rule; with K = 1 it makes beam
     search exactly greedy search), or earlier once no alive beam can beat its best finished score: an alive beam's
-    log-probability can only fall and `lp` lies between `lp(index + 1)` and `lp(max_length)`, so no alive beam can
-    exceed `max(alive log p) / max(lp(index + 1), lp(max_length))`. That bound never changes the result. The loop
+    log-probability can only fall and `lp` lies between `lp(index + 1)` and `lp(limit)`, so no alive beam can
+    exceed `max(alive log p) / max(lp(index + 1), lp(limit))`. That bound never changes the result. The loop
     ends when every sentence is complete, else after `max_length` steps.
 
     Args:
         next_fn: `(tokens (B*K, L+1), index, state) -> (logits (B*K, V), state)`, see the module docstring.
         state: nest of tensors with leading axis B*K (use `expand_to_beams`); reordered with the beams.
         batch_size: int or scalar tensor B.
-        max_length: int or scalar int tensor L, the most tokens emitted after the start token.
+        max_length: int or scalar int tensor L, the most tokens emitted after the start token (the loop bound).
         beam_size: int K. Defaults to `4`.
         length_penalty: float alpha; 0 ranks by log-probability alone. Defaults to `0.6`.
         start_id, end_id, pad_id: ints. Defaults to `2`, `3`, `0`.
+        max_lengths: int `(B,)` each sentence's own limit (at most L). Defaults to `None`: L for every sentence.
 
     Returns `(tokens, scores)`: int32 `(B, L+1)` with the start token in column 0 and pad after the end token,
     and float32 `(B,)` scores `log p(Y) / lp(Y)`.
@@ -128,9 +150,10 @@ def beam_search(
         raise ValueError(f"beam_size must be a positive int. Received: beam_size={beam_size}")
     b, k = batch_size, beam_size
     rows = ops.arange(b)[:, None] * k  # (B, 1): row of each sentence's beam 0 in the flat (B*K) layout
+    max_lengths = _sentence_limits(b, max_length, max_lengths)  # (B,)
 
     def cond(index, alive_tokens, alive_log_probs, best_tokens, best_scores, num_finished, state):
-        penalty = ops.maximum(_length_penalty(index + 1, length_penalty), _length_penalty(max_length, length_penalty))
+        penalty = ops.maximum(_length_penalty(index + 1, length_penalty), _length_penalty(max_lengths, length_penalty))
         bound = ops.max(alive_log_probs, axis=1) / penalty  # (B,) the best score an alive beam could still reach
         done = ops.logical_or(ops.greater_equal(num_finished, k), ops.greater_equal(best_scores, bound))
         return ops.logical_and(ops.less(index, max_length), ops.logical_not(ops.all(done)))
@@ -144,7 +167,7 @@ def beam_search(
         log_probs = ops.reshape(log_probs, (b, k, vocab_size)) + alive_log_probs[:, :, None]  # (B, K, V)
         candidate_log_probs, candidates = ops.top_k(ops.reshape(log_probs, (b, k * vocab_size)), 2 * k)  # (B, 2K)
         candidate_beams, candidate_tokens = candidates // vocab_size, candidates % vocab_size  # (B, 2K) each
-        ends = ops.logical_or(ops.equal(candidate_tokens, end_id), ops.greater_equal(length, max_length))
+        ends = ops.logical_or(ops.equal(candidate_tokens, end_id), ops.greater_equal(length, max_lengths[:, None]))
 
         # Finished: ends ranked among the K best, while the sentence has fewer than K finished hypotheses.
         finishing = ops.logical_and(ends, ops.arange(2 * k)[None, :] < k)  # (B, 2K)
@@ -174,7 +197,7 @@ def beam_search(
     alive_log_probs = ops.zeros((b, 1), "float32") + ops.cast(first_beam, "float32")  # (B, K)
     best_tokens = _start_tokens((b,), max_length, start_id, pad_id)  # (B, L+1)
     best_scores = ops.full((b,), NEG_INF, "float32")
-    num_finished = ops.zeros((b,), "int32")
+    num_finished = ops.where(ops.less_equal(max_lengths, 0), k, 0)  # (B,) a sentence with limit 0 is complete
     index = ops.convert_to_tensor(0, "int32")
     loop_vars = (index, alive_tokens, alive_log_probs, best_tokens, best_scores, num_finished, state)
     outputs = ops.while_loop(cond, body, loop_vars)
@@ -305,13 +328,30 @@ def uncached_next_fn(model, encoder_outputs, source_mask, max_length):
 
 
 def decode_length(source_length, max_length, max_length_a, max_length_b):
-    """`min(max_length, ceil(max_length_a * S + max_length_b))`: a Python int when S is one (eager, JAX), else a
-    tensor (S dynamic inside a `tf.function`). Both compute in float64, so eager and graph calls agree.
+    """`min(max_length, ceil(max_length_a * S + max_length_b))`: a Python int when S is one, else an int32 tensor
+    shaped like S (a dynamic length inside a `tf.function`, or lengths `(B,)`). Both compute in float64, so eager and
+    graph calls agree.
     """
     if isinstance(source_length, int):
         return min(max_length, math.ceil(max_length_a * source_length + max_length_b))
     limit = ops.ceil(ops.cast(source_length, "float64") * max_length_a + max_length_b)
     return ops.minimum(ops.cast(limit, "int32"), max_length)
+
+
+def decode_lengths(source, max_length, max_length_a, max_length_b):
+    """Each sentence's output limit, int32 `(B,)`: `decode_length` of its own count of non-pad tokens in `source`
+    `(B, S)`, so that a sentence's translation does not depend on the lengths of its batch-mates.
+
+    With S static (eager, JAX) the limits are looked up in a table of the Python `decode_length(0..S)`; with S
+    dynamic (inside a `tf.function`) they are float64 tensors. Both compute in float64, so eager and graph calls
+    agree, and JAX needs no 64-bit mode.
+    """
+    lengths = ops.sum(ops.cast(padding_mask(source), "int32"), axis=1)  # (B,)
+    source_length = ops.shape(source)[1]
+    if isinstance(source_length, int):
+        table = [decode_length(n, max_length, max_length_a, max_length_b) for n in range(source_length + 1)]
+        return ops.take(ops.convert_to_tensor(table, "int32"), lengths)  # (B,)
+    return decode_length(lengths, max_length, max_length_a, max_length_b)
 
 
 def translate_ids(
@@ -330,22 +370,26 @@ def translate_ids(
 ):
     """Translates a batch of token ids: encode once, then greedy (`beam_size=1`) or beam search.
 
-    Beams share the encoder output (it is expanded to beams after encoding). At most
-    `min(max_length, ceil(max_length_a * S + max_length_b))` tokens are emitted, S being the padded source length.
+    Beams share the encoder output (it is expanded to beams after encoding). Sentence i emits at most
+    `min(max_length, ceil(max_length_a * S_i + max_length_b))` tokens, S_i being its count of non-pad source tokens
+    (`decode_lengths`), so its translation is the same alone as in any batch. The output has L columns, L being the
+    limit of the padded length S: the longest sentence's limit (for `max_length_a >= 0`) in a batch padded to its
+    longest sentence, and a static width whenever S is static. The search stops once every sentence has ended or
+    reached its own limit.
 
     Args:
         model: a `build_transformer` model.
         source: int `(B, S)` source ids, pad 0.
         beam_size: int K; 1 is greedy search. Defaults to `1`.
         length_penalty: float alpha of the GNMT penalty (beam search only). Defaults to `0.6`.
-        max_length_a, max_length_b: the output limit's slope and intercept in S. Default to `1.5` and `10`.
+        max_length_a, max_length_b: the output limit's slope and intercept in S_i. Default to `1.5` and `10`.
         max_length: int cap on the output length. Defaults to the model's `max_length` (its embedding's config).
         use_cache: bool. Key/value cache (True) or rerunning the decoder on the prefix (False). Defaults to `True`.
         start_id, end_id, pad_id: ints. Defaults to `2`, `3`, `0`.
 
     Returns `(tokens, scores)`: int32 `(B, L)` emitted tokens WITHOUT the start token, the end token then pad
-    after it (a sentence stopped by the limit has no end token), and float32 `(B,)` scores (greedy: the sum of
-    log-probabilities; beam: that sum divided by the length penalty).
+    after it (a sentence stopped by its limit has no end token, only pad after it), and float32 `(B,)` scores
+    (greedy: the sum of log-probabilities; beam: that sum divided by the length penalty).
     """
     parts = transformer_parts(model)
     max_length = max_length or parts.target_embedding.max_length
@@ -353,13 +397,14 @@ def translate_ids(
         raise ValueError(f"translate_ids needs max_length or a model with one. Received: max_length={max_length}")
     source = ops.convert_to_tensor(source, "int32")
     batch_size, source_length = ops.shape(source)[0], ops.shape(source)[1]
-    limit = decode_length(source_length, max_length, max_length_a, max_length_b)
+    limit = decode_length(source_length, max_length, max_length_a, max_length_b)  # L, the buffer's width
+    limits = decode_lengths(source, max_length, max_length_a, max_length_b)  # (B,) each sentence's own
     encoder_outputs, source_mask = encode(model, source)
     if beam_size > 1:
         encoder_outputs, source_mask = expand_to_beams((encoder_outputs, source_mask), beam_size)
     make_next_fn = cached_next_fn if use_cache else uncached_next_fn
     next_fn, state = make_next_fn(model, encoder_outputs, source_mask, limit)
-    ids = dict(start_id=start_id, end_id=end_id, pad_id=pad_id)
+    ids = dict(start_id=start_id, end_id=end_id, pad_id=pad_id, max_lengths=limits)
     if beam_size == 1:
         tokens, scores = greedy_search(next_fn, state, batch_size, limit, **ids)
     else:

@@ -55,3 +55,12 @@ def test_export_rebuilds_from_a_checkpoint(smoke_run, tmp_path):
     assert translated.returncode == 0 and len(translated.stdout.splitlines()) == 1
     missing = run_cli("export", smoke_run, "--checkpoint", tmp_path / "nope.weights.h5")
     assert missing.returncode == 2 and "no checkpoint at" in missing.stderr
+
+
+def test_translate_saves_cross_attention_heatmaps(smoke_run, tmp_path):
+    result = run_cli("translate", smoke_run / "export", "--attention-plots", tmp_path / "plots",
+                     input="Tuesday, March 5, 1996\n\nthe 3rd of june 2031\n")
+    assert result.returncode == 0, result.stderr[-2000:]
+    plots = sorted(p.name for p in (tmp_path / "plots").iterdir())
+    assert plots == ["attention_0.png", "attention_2.png"]  # the empty line has nothing to plot
+    assert (tmp_path / "plots" / "attention_0.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

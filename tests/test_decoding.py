@@ -9,6 +9,7 @@ from kmt.decoding import (
     beam_search,
     cached_next_fn,
     decode_length,
+    decode_lengths,
     encode,
     expand_to_beams,
     greedy_search,
@@ -85,12 +86,18 @@ SHORT_LONG = Tree(
 )
 
 
-def _search(tree, beam_size=None, alpha=0.0, max_length=8, start_nodes=(0,)):
+def _search(tree, beam_size=None, alpha=0.0, max_length=8, start_nodes=(0,), max_lengths=None):
     state = ops.convert_to_tensor(np.array(start_nodes, "int32"))
+    if max_lengths is not None:
+        max_lengths = ops.convert_to_tensor(np.array(max_lengths, "int32"))
     if beam_size is None:
-        return [_np(x) for x in greedy_search(tree.next_fn, state, len(start_nodes), max_length)]
-    state = expand_to_beams(state, beam_size)
-    return [_np(x) for x in beam_search(tree.next_fn, state, len(start_nodes), max_length, beam_size, alpha)]
+        outputs = greedy_search(tree.next_fn, state, len(start_nodes), max_length, max_lengths=max_lengths)
+    else:
+        state = expand_to_beams(state, beam_size)
+        outputs = beam_search(
+            tree.next_fn, state, len(start_nodes), max_length, beam_size, alpha, max_lengths=max_lengths
+        )
+    return [_np(x) for x in outputs]
 
 
 def test_beam_finds_the_better_sequence_that_greedy_misses():
@@ -129,6 +136,17 @@ def test_sequences_stop_at_end_then_pad_and_respect_max_length(beam_size):
     np.testing.assert_allclose(scores, expected, rtol=1e-5)
 
 
+@pytest.mark.parametrize("beam_size", [None, 1, 2])
+def test_each_sentence_stops_at_its_own_limit(beam_size):
+    # X forever, never an end token: each row is cut at its own limit (3 and 5), below the loop bound 8.
+    tree = Tree([({X: 0.7, Y: 0.3}, {X: 0}), ({Y: 0.8, X: 0.2}, {})])
+    tokens, scores = _search(tree, beam_size, alpha=0.6, max_length=8, start_nodes=(0, 0), max_lengths=(3, 5))
+    np.testing.assert_array_equal(tokens, [[START] + [X] * 3 + [PAD] * 5, [START] + [X] * 5 + [PAD] * 3])
+    penalties = [1.0, 1.0] if beam_size is None else [((5 + 3) / 6) ** 0.6, ((5 + 5) / 6) ** 0.6]
+    expected = [tree.log_prob(row) / penalty for row, penalty in zip(tokens, penalties)]
+    np.testing.assert_allclose(scores, expected, rtol=1e-5)
+
+
 def _random_model(**overrides):
     keras.utils.set_random_seed(1)
     return build_transformer(**TINY | overrides)
@@ -159,9 +177,9 @@ def test_cached_and_uncached_decoding_agree(beam_size):
     np.testing.assert_array_equal(cached, uncached)
     np.testing.assert_allclose(cached_scores, uncached_scores, atol=1e-4)
     assert cached.shape == (3, min(24, math.ceil(1.5 * 7 + 10)))
-    for row in cached:  # no pad before the end token, only pad after it
+    for row, length in zip(cached, (SOURCE != PAD).sum(axis=1)):  # no pad before the end or limit, only pad after
         ends = np.flatnonzero(row == END)
-        stop = ends[0] + 1 if len(ends) else len(row)
+        stop = ends[0] + 1 if len(ends) else math.ceil(1.5 * length + 10)
         assert (row[:stop] != PAD).all() and (row[stop:] == PAD).all()
 
 
@@ -175,6 +193,20 @@ def test_beam_size_one_equals_greedy_on_a_model():
     np.testing.assert_array_equal(_np(translate_ids(model, SOURCE, max_length=9)[0]), _np(greedy)[:, 1:])
 
 
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_a_sentence_decodes_alike_alone_and_beside_a_longer_one(beam_size):
+    model = _random_model(num_layers=2, **UNTIED_PRE_NORM)
+    bias = model.get_layer("output_projection").bias
+    bias.assign(np.where(np.arange(17) == END, -1e4, _np(bias)))  # the end token never wins: the limits bind
+    alone_tokens, alone_scores = (_np(x) for x in translate_ids(model, SOURCE[1:2, :4], beam_size=beam_size))
+    tokens, scores = (_np(x) for x in translate_ids(model, SOURCE, beam_size=beam_size))  # row 1 padded to 7
+    assert alone_tokens.shape == (1, 16) and tokens.shape == (3, 21)  # ceil(1.5 * 4 + 10), ceil(1.5 * 7 + 10)
+    assert (alone_tokens != PAD).all()
+    np.testing.assert_array_equal(tokens[1], np.pad(alone_tokens[0], (0, 21 - 16)))
+    np.testing.assert_allclose(scores[1], alone_scores[0], atol=1e-5)
+    assert (tokens[2] != PAD).all() and (tokens != END).all()
+
+
 def test_translate_ids_limits_and_errors():
     model = _random_model()
     assert tuple(translate_ids(model, SOURCE, max_length=5)[0].shape) == (3, 5)
@@ -183,6 +215,7 @@ def test_translate_ids_limits_and_errors():
         assert int(decode_length(source_length, 24, 1.5, 10)) == 21  # ceil(1.5 * 7 + 10)
         assert int(decode_length(source_length, 24, 2.0, 1)) == 15
         assert int(decode_length(source_length, 12, 1.5, 10)) == 12
+    np.testing.assert_array_equal(_np(decode_lengths(SOURCE, 20, 1.5, 10)), [19, 16, 20])  # lengths 6, 4, 7
     with pytest.raises(ValueError, match="beam_size=0"):
         translate_ids(model, SOURCE, beam_size=0)
     source = keras.Input((None,), dtype="int32")
@@ -200,6 +233,8 @@ def test_translate_ids_runs_in_a_tf_function_with_dynamic_shapes(beam_size):
         lambda source: translate_ids(model, source, beam_size=beam_size),
         input_signature=[tf.TensorSpec([None, None], tf.int32)],
     )
+    limits = tf.function(lambda source: decode_lengths(source, 20, 1.5, 10), input_signature=translate.input_signature)
+    np.testing.assert_array_equal(limits(tf.constant(SOURCE)).numpy(), [19, 16, 20])
     for source in (SOURCE, SOURCE[:2, :4]):
         eager_tokens, eager_scores = translate_ids(model, source, beam_size=beam_size)
         graph_tokens, graph_scores = translate(tf.constant(source))

@@ -158,3 +158,15 @@ def test_encoder_ignores_masked_positions():
 def test_heads_must_divide_hidden_dim():
     with pytest.raises(ValueError, match="hidden_dim=10, num_heads=3"):
         EncoderLayer(hidden_dim=10, num_heads=3, intermediate_dim=16)(np.zeros((1, 2, 10), "float32"))
+
+
+def test_decoder_returns_cross_attention_weights_on_request():
+    x, memory = np.random.rand(2, 3, 8).astype("float32"), np.random.rand(2, 5, 8).astype("float32")
+    decoder = DecoderLayer(hidden_dim=8, num_heads=2, intermediate_dim=16)
+    mask = np.array([[[True] * 5]] + [[[True, True, True, False, False]]])
+    outputs, weights = decoder(x, memory, cross_attention_mask=mask, return_attention_scores=True)
+    np.testing.assert_allclose(ops.convert_to_numpy(outputs), ops.convert_to_numpy(decoder(x, memory, cross_attention_mask=mask)), atol=1e-6)
+    weights = ops.convert_to_numpy(weights)
+    assert weights.shape == (2, 2, 3, 5)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+    assert np.abs(weights[1, :, :, 3:]).max() < 1e-6  # masked source positions get no attention

@@ -10,8 +10,11 @@ Example:
 
 import argparse
 import sys
+from pathlib import Path
 
 from kmt.cli.common import load_export, setup_logging
+from kmt.cli.errors import exit_on_user_error
+from kmt.errors import KmtError
 from kmt.translation import batch_fn, translate_lines
 
 
@@ -24,6 +27,11 @@ def parse_args(argv=None):
     parser.add_argument("--input", default="-", help="file to translate instead of stdin")
     parser.add_argument("--output", default="-", help="file to write instead of stdout")
     parser.add_argument("--scores", action="store_true", help="prefix each line with its score and a TAB")
+    parser.add_argument("--attention-plots", metavar="DIR",
+                        help="also save cross-attention heatmaps (PNG, one per sentence, every layer and head) of "
+                             "the first --attention-limit input lines into DIR; needs the run directory around "
+                             "EXPORT_DIR (its model.keras and tokenizer/)")
+    parser.add_argument("--attention-limit", type=int, default=10, help="sentences to plot (default: 10)")
     parser.add_argument("--verbose", action="store_true", help="log progress to stderr")
     args = parser.parse_args(argv)
     if args.batch_size < 1:
@@ -58,6 +66,24 @@ def main(argv=None):
         for text, score in zip(translations, scores):
             text = text.replace("\n", " ")  # one line out per line in
             out.write(f"{score:.4f}\t{text}\n" if args.scores else f"{text}\n")
+    if args.attention_plots:
+        plot_attention(Path(args.export_dir).resolve().parent, lines[: args.attention_limit], args.attention_plots)
+
+
+def plot_attention(run_dir, sentences, directory):
+    """Heatmaps from the run's Keras model (the SavedModel does not expose attention weights)."""
+    with exit_on_user_error():
+        if not (run_dir / "model.keras").is_file() or not (run_dir / "tokenizer").is_dir():
+            raise KmtError(f"--attention-plots needs {run_dir / 'model.keras'} and {run_dir / 'tokenizer'}")
+        import keras
+
+        import kmt  # noqa: F401  (registers kmt's layers for loading)
+        from kmt.tokenizer import Vocabularies
+        from kmt.visualize import save_attention_plots
+
+        model = keras.saving.load_model(run_dir / "model.keras", compile=False)
+        paths = save_attention_plots(model, Vocabularies.load(run_dir / "tokenizer"), sentences, directory)
+        print(f"wrote {len(paths)} attention plots to {directory}", file=sys.stderr)
 
 
 if __name__ == "__main__":

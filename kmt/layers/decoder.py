@@ -27,9 +27,12 @@ class DecoderLayer(EncoderLayer):
         self_attention_cache_update_index: where this call's T positions go in the cache.
         cross_attention_cache: `(B, 2, S, H, D/H)` encoder keys and values projected once
             (`layer.cross_attention.compute_cache(encoder_outputs)`), or None.
+        return_attention_scores: bool. Also return the cross-attention weights `(B, H, T, S)`, the alignments
+            the paper visualises. Defaults to `False`.
         training: bool. Dropout acts only when True.
 
-    Returns `(B, T, D)`; with caches, `(outputs, self_attention_cache, cross_attention_cache)`.
+    Returns `(B, T, D)`; with caches, `(outputs, self_attention_cache, cross_attention_cache)`; with
+    `return_attention_scores`, the weights are appended.
 
     Example:
     >>> layer = DecoderLayer(hidden_dim=16, num_heads=2, intermediate_dim=32)
@@ -66,6 +69,7 @@ class DecoderLayer(EncoderLayer):
         self_attention_cache=None,
         self_attention_cache_update_index=None,
         cross_attention_cache=None,
+        return_attention_scores=False,
         training=None,
     ):
         cached = self_attention_cache is not None
@@ -86,13 +90,14 @@ class DecoderLayer(EncoderLayer):
         )
         if cached:
             x, self_attention_cache = x
-        x = residual(
+        outputs = residual(
             x,
             lambda h: self.cross_attention(
                 h,
                 encoder_outputs,
                 attention_mask=cross_attention_mask,
                 cache=cross_attention_cache,
+                return_attention_scores=return_attention_scores,
                 training=training,
             ),
             self.cross_attention_norm,
@@ -100,8 +105,10 @@ class DecoderLayer(EncoderLayer):
             self.norm_first,
             training,
         )
+        # The attention returns (output, [cache], [weights]); residual passes the extras through.
+        x, *extras = outputs if isinstance(outputs, tuple) else (outputs,)
         if cross_attention_cache is not None:
-            x, cross_attention_cache = x
+            cross_attention_cache = extras.pop(0)
         x = residual(
             x,
             lambda h: self.feed_forward(h, training=training),
@@ -110,6 +117,6 @@ class DecoderLayer(EncoderLayer):
             self.norm_first,
             training,
         )  # (B, T, D)
-        if cached:
-            return x, self_attention_cache, cross_attention_cache
-        return x
+        outputs = (x, self_attention_cache, cross_attention_cache) if cached else (x,)
+        outputs += tuple(extras)  # the cross-attention weights, when asked for
+        return outputs if len(outputs) > 1 else x
