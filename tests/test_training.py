@@ -123,5 +123,5 @@ def test_smoke_run_on_a_slice_of_a_real_corpus(tmp_path, data):
     cfg = compose_config(*data, "data.download=false", "trainer.export=false")
     train(cfg, tmp_path)
     metrics = json.loads((tmp_path / "metrics.json").read_text())
-    assert metrics["val"]["pairs"] == 300 and metrics["test"]["pairs"] == 300
+    assert 0 < metrics["val"]["pairs"] <= 300 and 0 < metrics["test"]["pairs"] <= 300  # data.limit=300 (smoke)
     assert 0 <= metrics["test"]["bleu"] <= 100
