@@ -1,5 +1,6 @@
 """Training callbacks: atomic checkpoints, resumable backups, learning rate and throughput in the logs."""
 
+import csv
 import json
 import math
 import logging
@@ -105,3 +106,46 @@ class TrainingStats(keras.callbacks.Callback):
         if logs is not None:
             logs["learning_rate"] = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
             logs["tokens_per_second"] = self.tokens_per_epoch / seconds
+
+
+class HistoryCSV(keras.callbacks.Callback):
+    """`history.csv`, one row per epoch (`epoch` counted from 0, then the logs' keys, as keras.callbacks.CSVLogger
+    writes them), that stays consistent with the resume state whatever moment a run is killed: each row is
+    appended and flushed at the end of its epoch, and when a resumed `fit` starts at epoch k, rows of epochs >= k
+    (written before a kill but not covered by the backup) are dropped first, so epochs are never duplicated."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = Path(path)
+        self._first_epoch = True
+
+    def on_train_begin(self, logs=None):
+        self._first_epoch = True
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self._first_epoch and self.path.exists():
+            with open(self.path, newline="", encoding="utf-8") as f:
+                rows = list(csv.reader(f))
+            kept = rows[:1] + [row for row in rows[1:] if row and int(row[0]) < epoch]
+            if len(kept) < len(rows):
+                temporary = self.path.with_name(self.path.name + ".partial")
+                with open(temporary, "w", newline="", encoding="utf-8") as f:
+                    csv.writer(f).writerows(kept)
+                os.replace(temporary, self.path)
+        self._first_epoch = False
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        keys = sorted(logs)
+        new = not self.path.exists()
+        if not new:
+            with open(self.path, newline="", encoding="utf-8") as f:
+                header = next(csv.reader(f), None)
+            keys = header[1:] if header else keys
+        with open(self.path, "a", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            if new:
+                writer.writerow(["epoch", *keys])
+            writer.writerow([epoch, *(logs.get(key, "") for key in keys)])
+            f.flush()
+            os.fsync(f.fileno())

@@ -9,6 +9,8 @@ one line to stderr and exit with status 2; every other exception is a bug and ke
 class KmtError(Exception):
     """Base class of errors caused by user input rather than by a bug in kmt."""
 
+    exit_code = 2
+
 
 class ConfigError(KmtError):
     """A config value is missing, of the wrong type, or out of range."""

@@ -1,16 +1,25 @@
 """`train(cfg, run_dir)`: config -> tokenizer -> tf.data -> model.fit -> checkpoints -> metrics -> export."""
 
+import json
 import logging
 import math
 import time
 from pathlib import Path
 
 import keras
+from keras import ops
 from omegaconf import OmegaConf
 
 from kmt import config as config_lib
 from kmt.build import build_model, build_translator, compile_model
-from kmt.callbacks import AtomicBackupAndRestore, EpochCheckpoint, TrainingStats, write_json_atomically
+from kmt.callbacks import (
+    AtomicBackupAndRestore,
+    EpochCheckpoint,
+    HistoryCSV,
+    TrainingStats,
+    save_weights_atomically,
+    write_json_atomically,
+)
 from kmt.data import load_corpus
 from kmt.data.pipeline import count_batches, encode_split, make_dataset
 from kmt.errors import KmtError
@@ -42,10 +51,10 @@ def build_callbacks(cfg, run_dir, tokens_per_epoch):
     callbacks = [
         keras.callbacks.TerminateOnNaN(),
         stats,
-        EpochCheckpoint(checkpoints, keep=cfg.trainer.keep_checkpoints),
-        AtomicBackupAndRestore(checkpoints / "backup"),
-        keras.callbacks.CSVLogger(str(logs / "history.csv"), append=True),
+        HistoryCSV(logs / "history.csv"),  # before the backup: a resume drops rows the backup does not cover
         keras.callbacks.TensorBoard(log_dir=str(logs), write_graph=False),
+        AtomicBackupAndRestore(checkpoints / "backup"),  # then the resume state: a kill after it loses nothing
+        EpochCheckpoint(checkpoints, keep=cfg.trainer.keep_checkpoints),
     ]
     return callbacks, stats
 
@@ -83,15 +92,18 @@ def train(cfg, run_dir):
     )
     callbacks, stats = build_callbacks(cfg, run_dir, splits["train"].target_tokens)
     started = time.perf_counter()
-    history = model.fit(
-        train_data,
-        validation_data=val_data,
-        epochs=cfg.trainer.epochs,
-        steps_per_epoch=steps_per_epoch,
-        callbacks=callbacks,
-        verbose=cfg.trainer.verbose,
-        shuffle=False,  # the tf.data pipeline shuffles, seeded
-    )
+    try:
+        history = model.fit(
+            train_data,
+            validation_data=val_data,
+            epochs=cfg.trainer.epochs,
+            steps_per_epoch=steps_per_epoch,
+            callbacks=callbacks,
+            verbose=cfg.trainer.verbose,
+            shuffle=False,  # the tf.data pipeline shuffles, seeded
+        )
+    except KeyboardInterrupt:
+        raise Interrupted(model, run_dir) from None
     wall_seconds = time.perf_counter() - started
     losses = history.history.get("loss", [])
     if losses and not math.isfinite(losses[-1]):
@@ -113,6 +125,24 @@ def train(cfg, run_dir):
     return metrics["val"][cfg.trainer.objective]
 
 
+class Interrupted(KmtError):
+    """Ctrl-C during training: the weights of the moment are saved for inspection, while the resume state stays
+    at the end of the last completed epoch, so running the same command again continues exactly from there."""
+
+    exit_code = 130  # the shell's convention for SIGINT
+
+    def __init__(self, model, run_dir):
+        path = run_dir / "checkpoints" / "interrupted.weights.h5"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_weights_atomically(model, path)
+        backup = run_dir / "checkpoints" / "backup" / "training_metadata.json"
+        epoch = json.loads(backup.read_text())["epoch"] if backup.exists() else 0
+        super().__init__(
+            f"interrupted; the current weights are in {path}. Run the same command again to resume after epoch "
+            f"{epoch} (optimizer state and learning-rate step included)"
+        )
+
+
 def train_stats(split, stats, wall_seconds, epochs, model):
     """Throughput of this invocation: target tokens per second of training, leaving out the first epoch (which
     pays for tracing and compilation) when there are more."""
@@ -121,6 +151,7 @@ def train_stats(split, stats, wall_seconds, epochs, model):
         "tokens_per_second": split.target_tokens * len(seconds) / sum(seconds) if seconds else None,
         "wall_seconds": wall_seconds,
         "epochs": epochs,
+        "steps": int(ops.convert_to_numpy(model.optimizer.iterations)),
         "parameters": model.count_params(),
     }
 

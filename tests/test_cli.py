@@ -64,3 +64,11 @@ def test_translate_saves_cross_attention_heatmaps(smoke_run, tmp_path):
     plots = sorted(p.name for p in (tmp_path / "plots").iterdir())
     assert plots == ["attention_0.png", "attention_2.png"]  # the empty line has nothing to plot
     assert (tmp_path / "plots" / "attention_0.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_saved_model_cli_run_translates(smoke_run):
+    result = run_cli("saved_model_cli", "run", "--dir", smoke_run / "export", "--tag_set", "serve",
+                     "--signature_def", "translate", "--input_exprs", 'text=["Tuesday, March 5, 1996", ""]')
+    assert result.returncode == 0, result.stderr[-2000:]
+    output = result.stdout.split("Result for output key translation:")[1].strip().splitlines()[0]
+    assert output.startswith("[b'") and output.endswith("b'']")  # one translation, then the empty input's

@@ -27,10 +27,10 @@ _NOISE = ("To append to your config", "object_type=", "reference_type=", "Set th
 _MAX_SWEEP_JOBS_CHECKED = 256
 
 
-def fail(message):
-    """Prints `error: <message>` as one line on stderr and exits with status 2."""
+def fail(message, exit_code=2):
+    """Prints `error: <message>` as one line on stderr and exits with `exit_code` (2: a user mistake)."""
     print(f"error: {' '.join(str(message).split())}", file=sys.stderr)
-    raise SystemExit(2)
+    raise SystemExit(exit_code)
 
 
 def one_line(error):
@@ -56,7 +56,7 @@ def exit_on_user_error():
     try:
         yield
     except KmtError as error:
-        fail(error)
+        fail(error, error.exit_code)
 
 
 def _overrides(argv):

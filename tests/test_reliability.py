@@ -1,0 +1,179 @@
+"""Nothing a user feeds kmt may crash it silently or lose work: bad data, kills, Ctrl-C, NaN, concurrency."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.helpers import run_cli
+
+pytestmark = pytest.mark.slow
+
+# A few thousand generated pairs: epochs long enough (~100 steps) to be killed in the middle of one.
+LONGER = ["debug=smoke", "data.num_train=3000", "data.limit=3000", "trainer.export=false"]
+
+
+def _history(run_dir):
+    with open(run_dir / "logs" / "history.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def _write(path, lines, encoding="utf-8"):
+    path.write_bytes("".join(line + "\n" for line in lines).encode(encoding))
+    return path
+
+
+def _parallel_args(tmp_path, source_lines, target_lines):
+    source, target = _write(tmp_path / "train.src", source_lines), _write(tmp_path / "train.tgt", target_lines)
+    return ["data=parallel", f"data.train.source={source}", f"data.train.target={target}",
+            f"data.val.source={source}", f"data.val.target={target}", "trainer.export=false"]
+
+
+def _assert_one_line_error(result, *needles):
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and all(n in last for n in needles), last
+
+
+def test_killed_run_resumes_where_it_stopped(tmp_path):
+    reference, killed = tmp_path / "reference", tmp_path / "killed"
+    complete = run_cli("train", *LONGER, "trainer.epochs=3", f"hydra.run.dir={reference}")
+    assert complete.returncode == 0, complete.stderr[-2000:]
+
+    env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"}
+    process = subprocess.Popen([sys.executable, "-m", "kmt.cli.train", *LONGER, "trainer.epochs=3",
+                                f"hydra.run.dir={killed}"], env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    first = killed / "checkpoints" / "backup" / "training_metadata.json"  # the resume state of epoch 1
+    deadline = time.time() + 300
+    while not first.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert first.exists() and not (killed / "metrics.json").exists()  # killed after epoch 1, before the end
+
+    resumed = run_cli("train", *LONGER, "trainer.epochs=3", f"hydra.run.dir={killed}")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming after epoch" in resumed.stdout + resumed.stderr
+    expected, got = _history(reference), _history(killed)
+    assert [row["epoch"] for row in got] == [row["epoch"] for row in expected] == ["0", "1", "2"]
+    assert [float(r["learning_rate"]) for r in got] == pytest.approx([float(r["learning_rate"]) for r in expected])
+    reference_metrics = json.loads((reference / "metrics.json").read_text())["train"]
+    killed_metrics = json.loads((killed / "metrics.json").read_text())["train"]
+    assert killed_metrics["steps"] == reference_metrics["steps"]  # the optimizer step carried over the kill
+
+
+def test_ctrl_c_saves_and_exits_cleanly(tmp_path):
+    run_dir = tmp_path / "run"
+    env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"}
+    process = subprocess.Popen([sys.executable, "-m", "kmt.cli.train", *LONGER, "trainer.epochs=20",
+                                f"hydra.run.dir={run_dir}"], env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not (run_dir / "checkpoints" / "backup" / "training_metadata.json").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("error: interrupted")
+    assert (run_dir / "checkpoints" / "interrupted.weights.h5").exists()
+    resumed = run_cli("train", *LONGER, "trainer.epochs=2", f"hydra.run.dir={run_dir}")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert [row["epoch"] for row in _history(run_dir)][-1] == "1"
+
+
+def test_nan_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    good = run_cli("train", *LONGER, "trainer.epochs=1", f"hydra.run.dir={run_dir}")
+    assert good.returncode == 0, good.stderr[-2000:]
+    kept = (run_dir / "checkpoints" / "epoch_001.weights.h5").read_bytes()
+    diverged = run_cli("train", *LONGER, "trainer.epochs=2", "optim.lr_scale=1e12", f"hydra.run.dir={run_dir}")
+    _assert_one_line_error(diverged, "training diverged")
+    assert (run_dir / "checkpoints" / "epoch_001.weights.h5").read_bytes() == kept
+    assert not (run_dir / "checkpoints" / "epoch_002.weights.h5").exists()
+    backup = json.loads((run_dir / "checkpoints" / "backup" / "training_metadata.json").read_text())
+    assert backup["epoch"] == 1
+
+
+def test_mixed_float16_trains_with_finite_loss(tmp_path):
+    result = run_cli("train", "debug=smoke", "trainer.precision=mixed_float16", "trainer.export=false",
+                     f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert all(float(row["loss"]) < 1e3 for row in _history(tmp_path))
+
+
+def test_awkward_sentences_train_and_are_counted(tmp_path):
+    words = ["one two", "three", "four five six", "seven"]
+    sources = [f"{w} {i}" for i in range(60) for w in words]
+    targets = [f"{w.upper()} {i}" for i in range(60) for w in words]
+    sources[:6] = ["tab\tinside", "", "x" * 10_000, "emoji 😀🚀", "漢字とかな", "مرحبا بالعالم"]
+    targets[:6] = ["TAB\tINSIDE", "EMPTY SOURCE", "LONG", "EMOJI 😀🚀", "日本語", "שלום עולם"]
+    result = run_cli("train", "debug=smoke", *_parallel_args(tmp_path, sources, targets),
+                     f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "train: kept 238 of 240 pairs (dropped 1 empty, 1 longer than" in log
+
+
+@pytest.mark.parametrize("case", ["lengths", "empty", "bytes"])
+def test_bad_parallel_files_stop_with_file_and_line(tmp_path, case):
+    good = [f"line {i}" for i in range(20)]
+    if case == "lengths":
+        args = _parallel_args(tmp_path, good, good[:-1])
+        needles = ("train.src has 20 lines", "train.tgt has 19")
+    elif case == "empty":
+        args = _parallel_args(tmp_path, good, good)
+        (tmp_path / "train.tgt").write_bytes(b"")
+        needles = ("train.tgt", "empty")
+    else:
+        args = _parallel_args(tmp_path, good, good)
+        (tmp_path / "train.tgt").write_bytes(b"line 0\nline \xff 1\n" + b"x\n" * 18)
+        needles = ("train.tgt", "line 2")
+    _assert_one_line_error(run_cli("train", "debug=smoke", *args, f"hydra.run.dir={tmp_path / 'run'}"), *needles)
+
+
+def test_translate_handles_a_thousand_awkward_lines(smoke_run):
+    awkward = ["", "   ", "\t", "y" * 10_000, "😀 漢字 مرحبا", "Tuesday, March 5, 1996"]
+    lines = [awkward[i % len(awkward)] for i in range(1000)]
+    result = run_cli("translate", smoke_run / "export", input="\n".join(lines) + "\n")
+    assert result.returncode == 0, result.stderr[-2000:]
+    outputs = result.stdout.split("\n")[:-1]
+    assert len(outputs) == 1000
+    assert all(outputs[i] == "" for i in range(1000) if not lines[i].strip())
+
+
+def test_concurrent_requests_get_the_serial_answers(smoke_run):
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+
+    translate = tf.saved_model.load(str(smoke_run / "export")).signatures["translate"]
+    requests = [[f"{day} March 19{day:02d}", "", f"the {day}th of may 2001"] for day in range(4, 28)]
+
+    def answer(batch):
+        return [t.decode() for t in translate(text=tf.constant(batch))["translation"].numpy()]
+
+    serial = [answer(batch) for batch in requests]
+    results, errors = {}, []
+
+    def worker(thread):
+        try:
+            for i in range(50):
+                index = (thread * 50 + i) % len(requests)
+                results[(thread, i)] = (index, answer(requests[index]))
+        except Exception as error:  # noqa: BLE001 (collected and asserted below)
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and len(results) == 400
+    assert all(output == serial[index] for index, output in results.values())
