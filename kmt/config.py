@@ -85,6 +85,7 @@ class TrainerConfig:
     precision: str = "float32"  # float32, mixed_float16 or mixed_bfloat16
     jit_compile: bool = False  # XLA-compile the train step
     keep_checkpoints: int = 5  # epoch checkpoints kept on disk (the newest); the best is always kept
+    average_last: int = 0  # >1: score and export the average of the last N epoch checkpoints (paper, section 6.1)
     export: bool = True  # write the SavedModel to <run>/export at the end
     objective: str = "loss"  # val metric train() returns for sweepers: loss, accuracy, bleu, chrf, exact_match
     verbose: int = 1  # Keras progress: 0 silent, 1 progress bar, 2 one line per epoch
@@ -165,5 +166,10 @@ def validate(cfg):
         data.max_tokens == 0 or data.max_tokens >= model.max_length,
         "data.max_tokens must hold one sentence of model.max_length tokens. "
         f"Received: max_tokens={data.max_tokens}, max_length={model.max_length}",
+    )
+    _check(
+        trainer.keep_checkpoints >= max(1, trainer.average_last),
+        "trainer.keep_checkpoints must keep the checkpoints trainer.average_last averages. "
+        f"Received: keep_checkpoints={trainer.keep_checkpoints}, average_last={trainer.average_last}",
     )
     _check(decode.beam_size >= 1, f"decode.beam_size must be >= 1. Received: {decode.beam_size}")

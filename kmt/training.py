@@ -20,6 +20,7 @@ from kmt.callbacks import (
     save_weights_atomically,
     write_json_atomically,
 )
+from kmt.checkpoints import average_checkpoints, epoch_checkpoints
 from kmt.data import load_corpus
 from kmt.data.pipeline import count_batches, encode_split, make_dataset
 from kmt.errors import KmtError
@@ -112,9 +113,14 @@ def train(cfg, run_dir):
             f"{run_dir / 'checkpoints'} (try a lower optim.lr_scale or more optim.warmup_steps)"
         )
     model.save(run_dir / "model.keras")
+    if cfg.trainer.average_last > 1:
+        paths = epoch_checkpoints(run_dir)[-cfg.trainer.average_last :]
+        average_checkpoints(model, paths)
+        save_weights_atomically(model, run_dir / "checkpoints" / f"average_last{len(paths)}.weights.h5")
 
     translator = build_translator(model, vocabularies, cfg.decode)
     metrics = {"train": train_stats(splits["train"], stats, wall_seconds, cfg.trainer.epochs, model)}
+    metrics["train"]["averaged_checkpoints"] = max(1, min(cfg.trainer.average_last, len(epoch_checkpoints(run_dir))))
     for name in ("val", "test"):
         if name in splits:
             metrics[name] = evaluate_split(model, translator, splits[name], corpus[name], batching, cfg.decode)

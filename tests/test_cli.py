@@ -55,6 +55,11 @@ def test_export_rebuilds_from_a_checkpoint(smoke_run, tmp_path):
     assert translated.returncode == 0 and len(translated.stdout.splitlines()) == 1
     missing = run_cli("export", smoke_run, "--checkpoint", tmp_path / "nope.weights.h5")
     assert missing.returncode == 2 and "no checkpoint at" in missing.stderr
+    averaged = run_cli("export", smoke_run, "--average", "2", "--output", tmp_path / "avg")
+    assert averaged.returncode == 0, averaged.stderr[-2000:]
+    assert (smoke_run / "checkpoints" / "average_last2.weights.h5").exists()
+    too_many = run_cli("export", smoke_run, "--average", "9")
+    assert too_many.returncode == 2 and "needs 9 epoch checkpoints" in too_many.stderr
 
 
 def test_translate_saves_cross_attention_heatmaps(smoke_run, tmp_path):

@@ -118,7 +118,9 @@ def test_mismatched_parallel_files_name_both_files(tmp_path):
 
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
-@pytest.mark.parametrize("data", [["data=multi30k", "data.source_lang=de", "data.target_lang=en"], ["data=spa_eng"]])
+@pytest.mark.parametrize(
+    "data", [["experiment=multi30k_en_de"], ["experiment=multi30k_de_en"], ["data=spa_eng"]], ids=str
+)
 def test_smoke_run_on_a_slice_of_a_real_corpus(tmp_path, data):
     cfg = compose_config(*data, "data.download=false", "trainer.export=false")
     train(cfg, tmp_path)
