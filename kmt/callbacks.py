@@ -17,8 +17,49 @@ def save_weights_atomically(model, path):
     """`model.save_weights(path)` through a temporary file and a rename: a kill mid-write never corrupts `path`."""
     path = Path(path)
     temporary = path.with_name(path.name.replace(".weights.h5", ".partial.weights.h5"))
-    model.save_weights(temporary, overwrite=True)
+    try:
+        model.save_weights(temporary, overwrite=True)
+    except OSError as error:  # a full disk, a read-only mount: stop clearly, the previous file untouched
+        from kmt.errors import KmtError
+
+        raise KmtError(f"cannot write {temporary}: {error.strerror or error}; {path} is unchanged") from None
     os.replace(temporary, path)
+
+
+class RunLock:
+    """An exclusive lock on a run directory (`<run>/.lock`, flock), so two trainings never write into one run.
+
+    Use as a context manager; a second process gets a `KmtError` naming the run directory and the holder's pid.
+    The operating system drops the lock when its process dies, even by SIGKILL, so no stale lock survives a crash.
+    """
+
+    def __init__(self, run_dir):
+        self.path = Path(run_dir) / ".lock"
+
+    def __enter__(self):
+        import fcntl
+
+        from kmt.errors import KmtError
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a+")
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._file.seek(0)
+            holder = self._file.read().strip() or "unknown"
+            self._file.close()
+            raise KmtError(f"{self.path.parent} is in use by another kmt-train (pid {holder}); wait for it or "
+                           "choose another hydra.run.dir") from None
+        self._file.seek(0)
+        self._file.truncate()
+        self._file.write(str(os.getpid()))
+        self._file.flush()
+        return self
+
+    def __exit__(self, *exc_info):
+        self._file.close()
+        return False
 
 
 def finite_loss(logs):
@@ -52,7 +93,15 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         write_json_atomically(self._training_metadata_path, {"epoch": self._current_epoch, "batch": 0})
 
     def on_train_begin(self, logs=None):
-        super().on_train_begin(logs)
+        try:
+            super().on_train_begin(logs)
+        except ValueError as error:  # weights of another shape: the model config changed since the backup
+            from kmt.errors import KmtError
+
+            raise KmtError(
+                f"the resume state in {self.backup_dir} does not fit this model ({str(error).splitlines()[0]}); "
+                "resume with the run's original model.* settings or use a new hydra.run.dir"
+            ) from None
         epoch = self.model._initial_epoch
         if epoch:
             step = int(self.model.optimizer.iterations.numpy())

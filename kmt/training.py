@@ -16,6 +16,7 @@ from kmt.callbacks import (
     AtomicBackupAndRestore,
     EpochCheckpoint,
     HistoryCSV,
+    RunLock,
     TrainingStats,
     save_weights_atomically,
     write_json_atomically,
@@ -68,7 +69,11 @@ def train(cfg, run_dir):
     """
     run_dir = Path(run_dir)
     config_lib.validate(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    with RunLock(run_dir):
+        return _train(cfg, run_dir)
+
+
+def _train(cfg, run_dir):
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True), encoding="utf-8")
     keras.utils.set_random_seed(cfg.seed)
     keras.config.set_dtype_policy(cfg.trainer.precision)

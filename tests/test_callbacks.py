@@ -1,6 +1,7 @@
 """Callbacks that keep a run's files consistent with its resume state."""
 
 import csv
+import os
 
 from kmt.callbacks import HistoryCSV
 
@@ -25,3 +26,47 @@ def test_history_rows_are_appended_and_stale_ones_dropped_on_resume(tmp_path):
     resumed.on_epoch_end(2, {"loss": 0.5, "accuracy": 0.9})
     rows = _rows(path)
     assert [row[0] for row in rows[1:]] == ["0", "1", "2"] and rows[3] == ["2", "0.9", "0.5"]
+
+
+def test_a_run_directory_admits_one_training_at_a_time(tmp_path):
+    import pytest
+
+    from kmt.callbacks import RunLock
+    from kmt.errors import KmtError
+
+    with RunLock(tmp_path):
+        with pytest.raises(KmtError, match=f"{tmp_path} is in use by another kmt-train \\(pid {os.getpid()}\\)"):
+            RunLock(tmp_path).__enter__()
+    with RunLock(tmp_path):  # released on exit
+        pass
+
+
+def test_a_failed_write_leaves_the_previous_checkpoint_intact(tmp_path):
+    import numpy as np
+    import pytest
+
+    from kmt.callbacks import save_weights_atomically
+    from kmt.model import build_transformer
+
+    model = build_transformer(vocab_size=11, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16)
+    path = tmp_path / "last.weights.h5"
+    save_weights_atomically(model, path)
+    before = path.read_bytes()
+    original = [w.copy() for w in model.get_weights()]
+
+    class Crash(Exception):
+        pass
+
+    def dies_mid_write(target, overwrite=True):
+        with open(target, "wb") as f:
+            f.write(b"half a file")
+        raise Crash
+
+    model.set_weights([w + 1 for w in original])
+    model.save_weights = dies_mid_write
+    with pytest.raises(Crash):
+        save_weights_atomically(model, path)
+    assert path.read_bytes() == before
+    del model.save_weights
+    model.load_weights(path)
+    assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), original))

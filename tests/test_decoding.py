@@ -5,17 +5,8 @@ import numpy as np
 import pytest
 from keras import ops
 
-from kmt.decoding import (
-    beam_search,
-    cached_next_fn,
-    decode_length,
-    decode_lengths,
-    encode,
-    expand_to_beams,
-    greedy_search,
-    translate_ids,
-    uncached_next_fn,
-)
+from kmt.decoding import cached_next_fn, decode_length, decode_lengths, encode, translate_ids, uncached_next_fn
+from kmt.search import beam_search, expand_to_beams, greedy_search
 from kmt.model import build_transformer
 
 TINY = dict(vocab_size=20, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0, max_length=24)

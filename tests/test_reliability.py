@@ -177,3 +177,11 @@ def test_concurrent_requests_get_the_serial_answers(smoke_run):
         thread.join()
     assert not errors and len(results) == 400
     assert all(output == serial[index] for index, output in results.values())
+
+
+def test_resuming_with_another_model_shape_is_a_clear_error(tmp_path):
+    first = run_cli("train", "debug=smoke", "trainer.export=false", f"hydra.run.dir={tmp_path}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    changed = run_cli("train", "debug=smoke", "trainer.export=false", "trainer.epochs=2", "model.hidden_dim=48",
+                      f"hydra.run.dir={tmp_path}")
+    _assert_one_line_error(changed, "does not fit this model")

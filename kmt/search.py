@@ -1,0 +1,192 @@
+"""Greedy and beam search over a `next_fn`, independent of the model.
+
+The searches call `next_fn(tokens, index, state) -> (logits, state)`: `tokens` `(N, L+1)` int32 holds what was
+decoded so far (column 0 the start token, pad after `index`), `index` is the position of the last known token
+(scalar int32), `logits` `(N, V)` score the token at `index + 1`, and `state` is any nest of tensors with the rows on
+axis 0 (beam search reorders it when beams are reordered). Both searches use `keras.ops.while_loop` with
+fixed-shape state, so they run under JAX and inside a TensorFlow `tf.function` (the exported SavedModel) with
+dynamic batch and length. The pad token is never emitted before the end token (its log-probability is set to -inf,
+as in fairseq), so pad only ever follows the end. `kmt.decoding` drives them with a Transformer's key/value cache.
+"""
+
+import keras
+from keras import ops
+
+NEG_INF = float("-inf")
+
+
+def _log_probs(logits, pad_id):
+    """float32 log-softmax of `logits` (N, V), with the pad token made impossible."""
+    log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)  # (N, V)
+    vocab = ops.arange(ops.shape(log_probs)[-1])[None, :]  # (1, V)
+    return ops.where(ops.equal(vocab, pad_id), NEG_INF, log_probs)
+
+
+def _start_tokens(shape, max_length, start_id, pad_id):
+    """int32 `(*shape, L+1)`: the start token in column 0, pad after it."""
+    columns = ops.arange(max_length + 1)  # (L+1,)
+    row = ops.cast(ops.where(ops.equal(columns, 0), start_id, pad_id), "int32")
+    return ops.zeros((*shape, 1), "int32") + row  # (*shape, L+1)
+
+
+def _write_column(tokens, column, values):
+    """`tokens` (..., L+1) with `values` (...) written at `column` (a scalar tensor; no slice op needed)."""
+    columns = ops.arange(ops.shape(tokens)[-1])  # (L+1,)
+    return ops.where(ops.equal(columns, column), ops.expand_dims(values, -1), tokens)
+
+
+def _length_penalty(length, alpha):
+    """GNMT length penalty `lp(Y) = ((5 + |Y|) / 6) ** alpha` (Wu et al., 2016, section 7)."""
+    return ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
+
+
+def _sentence_limits(batch_size, max_length, max_lengths):
+    """int32 `(B,)` per-sentence limits: `max_lengths`, or `max_length` for every sentence when it is None."""
+    if max_lengths is None:
+        return ops.zeros((batch_size,), "int32") + max_length
+    return ops.convert_to_tensor(max_lengths, "int32")
+
+
+def expand_to_beams(state, beam_size):
+    """Repeats every row of every tensor in the nest `state` `beam_size` times on axis 0: (B, ...) -> (B*K, ...).
+
+    Rows of one sentence stay adjacent (row `b * K + k` is beam k of sentence b), the layout `beam_search` uses.
+    """
+    return keras.tree.map_structure(lambda x: ops.repeat(x, beam_size, axis=0), state)
+
+
+def greedy_search(next_fn, state, batch_size, max_length, start_id=2, end_id=3, pad_id=0, max_lengths=None):
+    """Emits the most probable token at each step until every sequence has emitted `end_id` or reached its limit.
+
+    Args:
+        next_fn: `(tokens (B, L+1), index, state) -> (logits (B, V), state)`, see the module docstring.
+        state: nest of tensors with leading axis B, passed to `next_fn`.
+        batch_size: int or scalar tensor B.
+        max_length: int or scalar int tensor L, the most tokens emitted after the start token (the loop bound).
+        start_id, end_id, pad_id: ints. Defaults to `2`, `3`, `0`.
+        max_lengths: int `(B,)` each sentence's own limit (at most L); a sentence that reaches it is finished,
+            pad follows. Defaults to `None`: L for every sentence.
+
+    Returns `(tokens, scores)`: int32 `(B, L+1)` with the start token in column 0 and pad after each `end_id`,
+    and float32 `(B,)` sums of the log-probabilities of the emitted tokens (end included).
+    """
+    max_lengths = _sentence_limits(batch_size, max_length, max_lengths)  # (B,)
+    tokens = _start_tokens((batch_size,), max_length, start_id, pad_id)  # (B, L+1)
+    scores = ops.zeros((batch_size,), "float32")
+    finished = ops.less_equal(max_lengths, 0)  # (B,)
+
+    def cond(index, tokens, scores, finished, state):
+        return ops.logical_and(ops.less(index, max_length), ops.logical_not(ops.all(finished)))
+
+    def body(index, tokens, scores, finished, state):
+        logits, state = next_fn(tokens, index, state)
+        log_probs = _log_probs(logits, pad_id)  # (B, V)
+        token = ops.cast(ops.argmax(log_probs, axis=-1), "int32")  # (B,)
+        token_log_prob = ops.take_along_axis(log_probs, token[:, None], axis=1)[:, 0]  # (B,)
+        token = ops.where(finished, pad_id, token)
+        scores = scores + ops.where(finished, 0.0, token_log_prob)
+        finished = ops.logical_or(finished, ops.equal(token, end_id))
+        finished = ops.logical_or(finished, ops.greater_equal(index + 1, max_lengths))
+        return index + 1, _write_column(tokens, index + 1, token), scores, finished, state
+
+    index = ops.convert_to_tensor(0, "int32")
+    _, tokens, scores, _, _ = ops.while_loop(cond, body, (index, tokens, scores, finished, state))
+    return tokens, scores
+
+
+def beam_search(
+    next_fn,
+    state,
+    batch_size,
+    max_length,
+    beam_size=4,
+    length_penalty=0.6,
+    start_id=2,
+    end_id=3,
+    pad_id=0,
+    max_lengths=None,
+):
+    """Beam search with the GNMT length penalty; returns the best finished hypothesis of each sentence.
+
+    A hypothesis Y scores `log p(Y) / lp(Y)` with `lp(Y) = ((5 + |Y|) / 6) ** length_penalty` (Wu et al., 2016),
+    |Y| counting the emitted tokens, end included. Each step extends the K alive beams by every token and keeps the
+    2K best candidates by log-probability (at step 0 only beam 0 is alive, the others start at -inf). As in
+    fairseq, a candidate ending in `end_id` is finished only if it ranks among the K best, and the K best
+    non-finished candidates stay alive; a candidate reaching its sentence's limit (`max_lengths`) is finished there,
+    so at that step the sentence's K best candidates finish and it is complete.
+
+    Stopping: a sentence is complete once K hypotheses have finished (fairseq's rule; with K = 1 it makes beam
+    search exactly greedy search), or earlier once no alive beam can beat its best finished score: an alive beam's
+    log-probability can only fall and `lp` lies between `lp(index + 1)` and `lp(limit)`, so no alive beam can
+    exceed `max(alive log p) / max(lp(index + 1), lp(limit))`. That bound never changes the result. The loop
+    ends when every sentence is complete, else after `max_length` steps.
+
+    Args:
+        next_fn: `(tokens (B*K, L+1), index, state) -> (logits (B*K, V), state)`, see the module docstring.
+        state: nest of tensors with leading axis B*K (use `expand_to_beams`); reordered with the beams.
+        batch_size: int or scalar tensor B.
+        max_length: int or scalar int tensor L, the most tokens emitted after the start token (the loop bound).
+        beam_size: int K. Defaults to `4`.
+        length_penalty: float alpha; 0 ranks by log-probability alone. Defaults to `0.6`.
+        start_id, end_id, pad_id: ints. Defaults to `2`, `3`, `0`.
+        max_lengths: int `(B,)` each sentence's own limit (at most L). Defaults to `None`: L for every sentence.
+
+    Returns `(tokens, scores)`: int32 `(B, L+1)` with the start token in column 0 and pad after the end token,
+    and float32 `(B,)` scores `log p(Y) / lp(Y)`.
+    """
+    if not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size must be a positive int. Received: beam_size={beam_size}")
+    b, k = batch_size, beam_size
+    rows = ops.arange(b)[:, None] * k  # (B, 1): row of each sentence's beam 0 in the flat (B*K) layout
+    max_lengths = _sentence_limits(b, max_length, max_lengths)  # (B,)
+
+    def cond(index, alive_tokens, alive_log_probs, best_tokens, best_scores, num_finished, state):
+        penalty = ops.maximum(_length_penalty(index + 1, length_penalty), _length_penalty(max_lengths, length_penalty))
+        bound = ops.max(alive_log_probs, axis=1) / penalty  # (B,) the best score an alive beam could still reach
+        done = ops.logical_or(ops.greater_equal(num_finished, k), ops.greater_equal(best_scores, bound))
+        return ops.logical_and(ops.less(index, max_length), ops.logical_not(ops.all(done)))
+
+    def body(index, alive_tokens, alive_log_probs, best_tokens, best_scores, num_finished, state):
+        length = index + 1  # tokens emitted once this step's token is appended
+        flat_tokens = ops.reshape(alive_tokens, (b * k, -1))  # (B*K, L+1)
+        logits, state = next_fn(flat_tokens, index, state)
+        log_probs = _log_probs(logits, pad_id)  # (B*K, V)
+        vocab_size = ops.shape(log_probs)[-1]
+        log_probs = ops.reshape(log_probs, (b, k, vocab_size)) + alive_log_probs[:, :, None]  # (B, K, V)
+        candidate_log_probs, candidates = ops.top_k(ops.reshape(log_probs, (b, k * vocab_size)), 2 * k)  # (B, 2K)
+        candidate_beams, candidate_tokens = candidates // vocab_size, candidates % vocab_size  # (B, 2K) each
+        ends = ops.logical_or(ops.equal(candidate_tokens, end_id), ops.greater_equal(length, max_lengths[:, None]))
+
+        # Finished: ends ranked among the K best, while the sentence has fewer than K finished hypotheses.
+        finishing = ops.logical_and(ends, ops.arange(2 * k)[None, :] < k)  # (B, 2K)
+        finishing_count = ops.cumsum(ops.cast(finishing, "int32"), axis=1)  # (B, 2K)
+        finishing = ops.logical_and(finishing, num_finished[:, None] + finishing_count <= k)
+        num_finished = num_finished + ops.sum(ops.cast(finishing, "int32"), axis=1)
+        scores = ops.where(finishing, candidate_log_probs / _length_penalty(length, length_penalty), NEG_INF)
+        best = ops.expand_dims(ops.argmax(scores, axis=1), 1)  # (B, 1) best finishing candidate
+        new_tokens = ops.take(flat_tokens, rows[:, 0] + ops.take_along_axis(candidate_beams, best, axis=1)[:, 0], 0)
+        new_tokens = _write_column(new_tokens, length, ops.take_along_axis(candidate_tokens, best, axis=1)[:, 0])
+        new_scores = ops.max(scores, axis=1)  # (B,)
+        improved = ops.greater(new_scores, best_scores)
+        best_tokens = ops.where(improved[:, None], new_tokens, best_tokens)
+        best_scores = ops.where(improved, new_scores, best_scores)
+
+        # Alive: the K best candidates that did not end; the state follows its beams.
+        alive_log_probs, alive = ops.top_k(ops.where(ends, NEG_INF, candidate_log_probs), k)  # (B, K)
+        origins = rows + ops.take_along_axis(candidate_beams, alive, axis=1)  # (B, K)
+        origins = ops.reshape(origins, (b * k,))  # (B*K,)
+        alive_tokens = ops.reshape(ops.take(flat_tokens, origins, axis=0), (b, k, -1))  # (B, K, L+1)
+        alive_tokens = _write_column(alive_tokens, length, ops.take_along_axis(candidate_tokens, alive, axis=1))
+        state = keras.tree.map_structure(lambda x: ops.take(x, origins, axis=0), state)
+        return length, alive_tokens, alive_log_probs, best_tokens, best_scores, num_finished, state
+
+    alive_tokens = _start_tokens((b, k), max_length, start_id, pad_id)  # (B, K, L+1)
+    first_beam = ops.where(ops.equal(ops.arange(k), 0), 0.0, NEG_INF)  # (K,)
+    alive_log_probs = ops.zeros((b, 1), "float32") + ops.cast(first_beam, "float32")  # (B, K)
+    best_tokens = _start_tokens((b,), max_length, start_id, pad_id)  # (B, L+1)
+    best_scores = ops.full((b,), NEG_INF, "float32")
+    num_finished = ops.where(ops.less_equal(max_lengths, 0), k, 0)  # (B,) a sentence with limit 0 is complete
+    index = ops.convert_to_tensor(0, "int32")
+    loop_vars = (index, alive_tokens, alive_log_probs, best_tokens, best_scores, num_finished, state)
+    outputs = ops.while_loop(cond, body, loop_vars)
+    return outputs[3], outputs[4]
