@@ -83,14 +83,6 @@ class Translator(tf.Module):
         return [t.decode("utf-8") for t in outputs["translation"].numpy()]
 
 
-def inference_model(model):
-    """An uncompiled copy of `model` with the same weights: what a Translator should hold, so that the optimizer's
-    slots (twice the weights under Adam) stay out of the SavedModel."""
-    copy = model.__class__.from_config(model.get_config())
-    copy.set_weights(model.get_weights())
-    return copy
-
-
 def export_translator(translator, directory):
     """Writes `translator` as a SavedModel at `directory`, replacing what was there only once the new one is
     complete. Returns the size in bytes."""
