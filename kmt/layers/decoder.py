@@ -2,7 +2,6 @@
 
 import keras
 
-from kmt.layers.attention import MultiHeadAttention
 from kmt.layers.encoder import EncoderLayer
 from kmt.layers.feedforward import residual
 
@@ -43,20 +42,9 @@ class DecoderLayer(EncoderLayer):
     def build(self, inputs_shape, encoder_outputs_shape=None):
         super().build(inputs_shape)
         encoder_outputs_shape = encoder_outputs_shape or inputs_shape
-        self.cross_attention = MultiHeadAttention(
-            self.num_heads,
-            key_dim=self.hidden_dim // self.num_heads,
-            dropout=self.attention_dropout,
-            dtype=self.dtype_policy,
-            name="cross_attention",
-        )
-        self.cross_attention.build(inputs_shape, encoder_outputs_shape)
-        self.cross_attention_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="cross_attention_norm"
-        )
-        self.cross_attention_norm.build(inputs_shape)
-        self.cross_attention_dropout = keras.layers.Dropout(
-            self.dropout, dtype=self.dtype_policy, name="cross_attention_dropout"
+        self.cross_attention = self._attention("cross_attention", inputs_shape, encoder_outputs_shape)
+        self.cross_attention_norm, self.cross_attention_dropout = self._norm_and_dropout(
+            "cross_attention", inputs_shape
         )
         self.built = True
 

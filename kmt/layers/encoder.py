@@ -55,23 +55,30 @@ class EncoderLayer(keras.layers.Layer):
         self.norm_first = norm_first
         self.layer_norm_epsilon = layer_norm_epsilon
 
-    def build(self, inputs_shape):
-        check_divisible(self.hidden_dim, self.num_heads)
-        self.self_attention = MultiHeadAttention(
+    def _attention(self, name, query_shape, value_shape):
+        """A built multi-head attention sublayer with this layer's heads and attention dropout."""
+        attention = MultiHeadAttention(
             self.num_heads,
             key_dim=self.hidden_dim // self.num_heads,
             dropout=self.attention_dropout,
             dtype=self.dtype_policy,
-            name="self_attention",
+            name=name,
         )
-        self.self_attention.build(inputs_shape, inputs_shape)
-        self.self_attention_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="self_attention_norm"
+        attention.build(query_shape, value_shape)
+        return attention
+
+    def _norm_and_dropout(self, name, inputs_shape):
+        """The LayerNorm and residual dropout that wrap the sublayer `name`."""
+        norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=f"{name}_norm"
         )
-        self.self_attention_norm.build(inputs_shape)
-        self.self_attention_dropout = keras.layers.Dropout(
-            self.dropout, dtype=self.dtype_policy, name="self_attention_dropout"
-        )
+        norm.build(inputs_shape)
+        return norm, keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=f"{name}_dropout")
+
+    def build(self, inputs_shape):
+        check_divisible(self.hidden_dim, self.num_heads)
+        self.self_attention = self._attention("self_attention", inputs_shape, inputs_shape)
+        self.self_attention_norm, self.self_attention_dropout = self._norm_and_dropout("self_attention", inputs_shape)
         self.feed_forward = FeedForward(
             self.hidden_dim,
             self.intermediate_dim,
@@ -80,13 +87,7 @@ class EncoderLayer(keras.layers.Layer):
             name="feed_forward",
         )
         self.feed_forward.build(inputs_shape)
-        self.feed_forward_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="feed_forward_norm"
-        )
-        self.feed_forward_norm.build(inputs_shape)
-        self.feed_forward_dropout = keras.layers.Dropout(
-            self.dropout, dtype=self.dtype_policy, name="feed_forward_dropout"
-        )
+        self.feed_forward_norm, self.feed_forward_dropout = self._norm_and_dropout("feed_forward", inputs_shape)
         self.built = True
 
     def call(self, inputs, attention_mask=None, training=None):
