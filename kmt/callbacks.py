@@ -155,6 +155,42 @@ class TrainingStats(keras.callbacks.Callback):
         if logs is not None:
             logs["learning_rate"] = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
             logs["tokens_per_second"] = self.tokens_per_epoch / seconds
+            logs["epoch_seconds"] = time.perf_counter() - self._start  # training and validation
+
+
+class TimeBudget(keras.callbacks.Callback):
+    """Stops training after the epoch past which one more epoch would overrun `max_seconds` (fairseq's
+    `--stop-time-hours`), so a run fits a wall-clock budget whatever the machine.
+
+    Time counts whole epochs (training and validation, `epoch_seconds` in history.csv), including those of earlier
+    invocations of a resumed run, read from the rows of `history_path` that the resume state covers. The next
+    epoch is predicted to take as long as the mean epoch so far.
+    """
+
+    def __init__(self, max_seconds, history_path):
+        super().__init__()
+        self.max_seconds = max_seconds
+        self.history_path = Path(history_path)
+        self._durations = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self._durations is None:  # first epoch of this invocation: count what earlier ones spent
+            self._durations = []
+            if self.history_path.exists():
+                with open(self.history_path, newline="", encoding="utf-8") as f:
+                    for row in csv.DictReader(f):
+                        if int(row["epoch"]) < epoch and row.get("epoch_seconds"):
+                            self._durations.append(float(row["epoch_seconds"]))
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._durations.append((logs or {}).get("epoch_seconds", 0.0))
+        spent = sum(self._durations)
+        if spent + spent / len(self._durations) > self.max_seconds:
+            logger.info(
+                "time budget: stopping after epoch %d, %.1f of %.1f minutes spent", epoch + 1, spent / 60,
+                self.max_seconds / 60,
+            )
+            self.model.stop_training = True
 
 
 class HistoryCSV(keras.callbacks.Callback):

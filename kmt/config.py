@@ -81,7 +81,8 @@ class OptimConfig:
 
 @dataclass
 class TrainerConfig:
-    epochs: int = 10  # passes over the training split
+    epochs: int = 10  # passes over the training split (at most, with max_minutes)
+    max_minutes: float = 0.0  # wall-clock budget: stop after the epoch another would overrun it; 0 for none
     precision: str = "float32"  # float32, mixed_float16 or mixed_bfloat16
     jit_compile: bool = False  # XLA-compile the train step
     keep_checkpoints: int = 5  # epoch checkpoints kept on disk (the newest); the best is always kept
@@ -160,6 +161,7 @@ def validate(cfg):
         trainer.objective in ("loss", "accuracy", "bleu", "chrf", "exact_match"),
         f"trainer.objective must be loss, accuracy, bleu, chrf or exact_match. Received: {trainer.objective!r}",
     )
+    _check(trainer.max_minutes >= 0, f"trainer.max_minutes must be >= 0. Received: {trainer.max_minutes}")
     _check(data.max_tokens >= 0, f"data.max_tokens must be >= 0. Received: {data.max_tokens}")
     _check(data.max_tokens or data.batch_size > 0, f"data.batch_size must be positive. Received: {data.batch_size}")
     _check(

@@ -17,6 +17,7 @@ from kmt.callbacks import (
     EpochCheckpoint,
     HistoryCSV,
     RunLock,
+    TimeBudget,
     TrainingStats,
     save_weights_atomically,
     write_json_atomically,
@@ -58,6 +59,8 @@ def build_callbacks(cfg, run_dir, tokens_per_epoch):
         AtomicBackupAndRestore(checkpoints / "backup"),  # then the resume state: a kill after it loses nothing
         EpochCheckpoint(checkpoints, keep=cfg.trainer.keep_checkpoints),
     ]
+    if cfg.trainer.max_minutes:
+        callbacks.append(TimeBudget(cfg.trainer.max_minutes * 60, logs / "history.csv"))
     return callbacks, stats
 
 
@@ -124,7 +127,7 @@ def _train(cfg, run_dir):
         save_weights_atomically(model, run_dir / "checkpoints" / f"average_last{len(paths)}.weights.h5")
 
     translator = build_translator(model, vocabularies, cfg.decode)
-    metrics = {"train": train_stats(splits["train"], stats, wall_seconds, cfg.trainer.epochs, model)}
+    metrics = {"train": train_stats(splits["train"], stats, wall_seconds, steps_per_epoch, model)}
     metrics["train"]["averaged_checkpoints"] = max(1, min(cfg.trainer.average_last, len(epoch_checkpoints(run_dir))))
     for name in ("val", "test"):
         if name in splits:
@@ -154,15 +157,16 @@ class Interrupted(KmtError):
         )
 
 
-def train_stats(split, stats, wall_seconds, epochs, model):
+def train_stats(split, stats, wall_seconds, steps_per_epoch, model):
     """Throughput of this invocation: target tokens per second of training, leaving out the first epoch (which
-    pays for tracing and compilation) when there are more."""
+    pays for tracing and compilation) when there are more. `epochs` and `steps` count the whole run."""
     seconds = stats.epoch_seconds[1:] or stats.epoch_seconds
+    steps = int(ops.convert_to_numpy(model.optimizer.iterations))
     return {
         "tokens_per_second": split.target_tokens * len(seconds) / sum(seconds) if seconds else None,
         "wall_seconds": wall_seconds,
-        "epochs": epochs,
-        "steps": int(ops.convert_to_numpy(model.optimizer.iterations)),
+        "epochs": steps // steps_per_epoch,
+        "steps": steps,
         "parameters": model.count_params(),
     }
 

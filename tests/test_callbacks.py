@@ -70,3 +70,35 @@ def test_a_failed_write_leaves_the_previous_checkpoint_intact(tmp_path):
     del model.save_weights
     model.load_weights(path)
     assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), original))
+
+
+def _budget_run(budget, first_epoch, seconds):
+    """Drives `budget` from `first_epoch` with epochs of `seconds` each; returns the epochs run until it stops."""
+    import keras
+
+    model = keras.Sequential([keras.layers.Dense(1)])
+    model.stop_training = False  # what fit sets before the first epoch
+    budget.set_model(model)
+    epoch = first_epoch
+    while True:
+        budget.on_epoch_begin(epoch)
+        budget.on_epoch_end(epoch, {"epoch_seconds": seconds})
+        epoch += 1
+        if budget.model.stop_training:
+            return list(range(first_epoch, epoch))
+
+
+def test_time_budget_stops_before_an_epoch_would_overrun_it(tmp_path):
+    from kmt.callbacks import TimeBudget
+
+    # 30-second epochs in 100 seconds: after 3 epochs (90 s) a fourth would end at 120 s.
+    assert _budget_run(TimeBudget(100, tmp_path / "history.csv"), 0, 30.0) == [0, 1, 2]
+
+
+def test_time_budget_counts_the_epochs_of_earlier_invocations(tmp_path):
+    from kmt.callbacks import TimeBudget
+
+    path = tmp_path / "history.csv"
+    with open(path, "w", newline="") as f:  # epochs 0 and 1 covered by the resume state, epoch 2 written after it
+        csv.writer(f).writerows([["epoch", "epoch_seconds", "loss"], [0, 30, 3.0], [1, 30, 2.0], [2, 30, 1.0]])
+    assert _budget_run(TimeBudget(100, path), 2, 30.0) == [2]
