@@ -11,25 +11,14 @@ Multi30k numbers use (against $KMT_DATA_DIR/multi30k/tok/). Corpora come from $K
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from common import hardware
+
 ANCHORS = {"en_de": "fairseq Transformer 4+4, d=128, avg 10, beam 5: 41.02", "de_en": "Transformer 3+3, d=256, greedy: 36.52"}
-
-
-def hardware():
-    model = platform.processor() or "cpu"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} x {model}"
 
 
 def main():

@@ -36,10 +36,11 @@ class Translator(tf.Module):
         length_penalty: float. GNMT alpha. Defaults to `0.6`.
         max_length_a, max_length_b: output limit `a * source_length + b` tokens. Default to `1.5` and `10`.
         max_length: int. Longest input and output in tokens. Defaults to the model's.
+        use_cache: bool. Key/value cache (True) or rerunning the decoder on the prefix (False). Defaults to `True`.
     """
 
     def __init__(self, model, vocabularies, beam_size=4, length_penalty=0.6, max_length_a=1.5, max_length_b=10,
-                 max_length=None):
+                 max_length=None, use_cache=True):
         super().__init__(name="translator")
         # What the SavedModel must hold: the weights and the SentencePiece resources. The Keras model itself stays
         # in the closure below, untracked.
@@ -60,6 +61,7 @@ class Translator(tf.Module):
             max_length_a=max_length_a,
             max_length_b=max_length_b,
             max_length=max_length or model.get_layer("source_embedding").max_length,
+            use_cache=use_cache,
         )
         source_tokenizer, target_tokenizer = vocabularies.source, vocabularies.target
 

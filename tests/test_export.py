@@ -6,7 +6,9 @@ import subprocess
 import sys
 
 import keras
+import numpy as np
 import pytest
+import tensorflow as tf
 
 from kmt.data.dates import generate_date_pairs
 from kmt.export import Translator, export_translator
@@ -19,12 +21,18 @@ SENTENCES = ["Tuesday, March 5, 1996", "", "   ", "the 1st of june 2031", "x" * 
 
 
 @pytest.fixture(scope="module")
-def translator():
+def model_and_vocabularies():
     pairs = generate_date_pairs(300, seed=0)
     vocabularies = Vocabularies.train([s for s, _ in pairs], [t for _, t in pairs], joint=True, vocab_size=320)
     model = build_transformer(
         vocabularies.source.vocab_size, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, max_length=24
     )
+    return model, vocabularies
+
+
+@pytest.fixture(scope="module")
+def translator(model_and_vocabularies):
+    model, vocabularies = model_and_vocabularies
     return Translator(model, vocabularies, beam_size=3, max_length_b=5), model
 
 
@@ -47,6 +55,18 @@ def test_one_output_per_input_empty_in_empty_out(translator):
     translations = [t.decode() for t in outputs["translation"].numpy()]
     assert len(translations) == len(SENTENCES) and outputs["score"].shape == (len(SENTENCES),)
     assert translations[1] == "" and translations[2] == ""
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_uncached_translator_gives_the_cached_translations(model_and_vocabularies, beam_size):
+    model, vocabularies = model_and_vocabularies
+    text = tf.constant(SENTENCES)
+    cached, uncached = (
+        Translator(model, vocabularies, beam_size=beam_size, max_length_b=5, use_cache=use_cache).translate(text=text)
+        for use_cache in (True, False)
+    )
+    assert cached["translation"].numpy().tolist() == uncached["translation"].numpy().tolist()
+    np.testing.assert_allclose(cached["score"].numpy(), uncached["score"].numpy(), atol=1e-4)
 
 
 def test_fresh_process_reload_matches_in_process(translator, tmp_path):

@@ -1,0 +1,80 @@
+"""What every benchmark in bench/ shares: the machine's name, medians, a markdown table and one JSON line.
+
+Benchmarks print figures measured side by side in one process; nothing here asserts a speed.
+"""
+
+import json
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+
+def hardware():
+    """`"<cores> x <CPU model>"` from /proc/cpuinfo, or the platform's processor name elsewhere."""
+    model = platform.processor() or "cpu"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{cores} x {model}"
+
+
+def peak_rss_mib():
+    """This process's peak resident memory so far (`getrusage(RUSAGE_SELF).ru_maxrss`) in MiB."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (2**20 if sys.platform == "darwin" else 2**10)  # bytes on macOS, KiB on Linux
+
+
+def median(values):
+    return statistics.median(values)
+
+
+def percentile(values, q):
+    """The q-th percentile (0-100) of `values`, nearest rank."""
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
+    return ordered[rank]
+
+
+def timed(fn, *args, **kwargs):
+    """Runs `fn(*args, **kwargs)`; returns (result, seconds)."""
+    started = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return result, time.perf_counter() - started
+
+
+def print_table(rows, columns):
+    """Prints `rows` (a list of dicts) as a markdown table with `columns` (a list of keys, or (key, header) pairs)."""
+    columns = [(c, c) if isinstance(c, str) else c for c in columns]
+    print("| " + " | ".join(header for _, header in columns) + " |")
+    print("|" + "---|" * len(columns))
+    for row in rows:
+        print("| " + " | ".join(_format(row.get(key, "")) for key, _ in columns) + " |")
+
+
+def print_json(name, **payload):
+    """Prints one JSON line `{"benchmark": name, "hardware": ..., **payload}` for scripts to collect."""
+    print(json.dumps({"benchmark": name, "hardware": hardware(), **payload}, default=_jsonable))
+
+
+def _format(value):
+    if isinstance(value, float):
+        return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def _jsonable(value):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return str(value)
