@@ -11,18 +11,13 @@ Needs the CPU build: `pip install torch==2.13.0`.
 
 import math
 
+import keras
 import torch
 from torch import nn
 
+from kmt.layers.embedding import positional_encoding
+
 from common import median, timed
-
-
-def sinusoids(length, depth):
-    """The paper's sinusoidal encoding, `(length, depth)` float32, sines and cosines interleaved (as in kmt)."""
-    positions = torch.arange(length, dtype=torch.float32)[:, None]  # (L, 1)
-    features = torch.arange(depth)[None, :]  # (1, D)
-    angles = positions / torch.pow(10000.0, (features // 2 * 2).float() / depth)  # (L, D)
-    return torch.where(features % 2 == 0, torch.sin(angles), torch.cos(angles))  # (L, D)
 
 
 def noam(step, hidden_dim, warmup_steps):
@@ -59,7 +54,8 @@ class TorchTransformer(nn.Module):
         super().__init__()
         self.hidden_dim = hidden_dim
         self.embedding = nn.Embedding(vocab_size, hidden_dim)
-        self.register_buffer("positions", sinusoids(max_length, hidden_dim), persistent=False)
+        table = keras.ops.convert_to_numpy(positional_encoding(max_length, hidden_dim))  # (L, D), kmt's own
+        self.register_buffer("positions", torch.from_numpy(table), persistent=False)
         self.embedding_dropout = nn.Dropout(dropout)
         self.transformer = nn.Transformer(
             d_model=hidden_dim,
