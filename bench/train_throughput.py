@@ -3,6 +3,7 @@ keras-hub reference and PyTorch's `nn.Transformer`, on the same synthetic batche
 
     python bench/train_throughput.py                                  # small preset, float32, every framework
     python bench/train_throughput.py --preset base --steps 20
+    python bench/train_throughput.py --frameworks kmt --kmt-variants xla,bf16   # what the stack offers, side by side
     KERAS_BACKEND=jax python bench/train_throughput.py --preset base --frameworks kmt,keras_hub \\
         --precision mixed_bfloat16 --peak-tflops 990                  # an H100: MFU against dense bf16
 
@@ -15,6 +16,10 @@ asserted: kmt >= 1.0x keras-hub and >= 1.0x PyTorch.
 
 MFU is model FLOP/s (`training_flops` per step over the median step time) as a fraction of the float32 matmul
 peak measured here on the same machine (the best of the Keras backend and torch), or of `--peak-tflops`.
+
+`--kmt-variants` adds more kmt runners to the same rotation, each the plain kmt model with one switch changed:
+`xla` compiles its train step with XLA (`trainer.jit_compile=true`), `bf16` builds it under the `mixed_bfloat16`
+dtype policy (`trainer.precision=mixed_bfloat16`), `xla+bf16` does both. Their ratios are over plain kmt.
 """
 
 import argparse
@@ -29,6 +34,7 @@ from keras import ops
 from common import median, print_json, print_table, timed
 
 FRAMEWORKS = ("kmt", "keras_hub", "torch")
+KMT_VARIANTS = ("xla", "bf16", "xla+bf16")
 PRESETS = {
     "small": dict(num_layers=3, hidden_dim=256, num_heads=4, intermediate_dim=1024),
     "base": dict(num_layers=6, hidden_dim=512, num_heads=8, intermediate_dim=2048),
@@ -61,6 +67,9 @@ def parse_args(argv=None):
     parser.add_argument("--jit-compile", action="store_true",
                         help="XLA-compile the Keras train steps (kmt's trainer.jit_compile). Always on under "
                              "KERAS_BACKEND=jax, where without it fit runs op by op")
+    parser.add_argument("--kmt-variants", default="",
+                        help=f"comma-separated kmt variants to time beside plain kmt, of {','.join(KMT_VARIANTS)}: "
+                             "XLA-compiled train step, mixed_bfloat16 policy, or both (default: none)")
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="MFU against this peak instead of the measured float32 matmul peak, "
                              "e.g. 990 for an H100's dense bfloat16")
@@ -71,6 +80,12 @@ def parse_args(argv=None):
     unknown = [name for name in args.frameworks if name not in FRAMEWORKS]
     if unknown or not args.frameworks:
         parser.error(f"--frameworks must name some of {', '.join(FRAMEWORKS)}. Received: {','.join(unknown)}")
+    args.kmt_variants = [name.strip() for name in args.kmt_variants.split(",") if name.strip()]
+    unknown = [name for name in args.kmt_variants if name not in KMT_VARIANTS]
+    if unknown:
+        parser.error(f"--kmt-variants must name some of {', '.join(KMT_VARIANTS)}. Received: {','.join(unknown)}")
+    if args.kmt_variants and "kmt" not in args.frameworks:
+        parser.error("--kmt-variants needs kmt in --frameworks: variants are compared with plain kmt")
     for name in ("vocab", "batch_size", "length", "steps", "warmup", "repeats"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive. Received: {getattr(args, name)}")
@@ -189,10 +204,16 @@ def build_runners(args, sizes, batches):
     if "kmt" in args.frameworks:
         from kmt.model import build_transformer
 
-        # Attention-weight dropout as in the references; no dropout after the feed-forward ReLU, as in keras-hub.
-        model = build_transformer(args.vocab, **sizes, dropout=args.dropout, attention_dropout=args.dropout,
-                                  max_length=max_length, name="kmt_transformer")
-        runners.append(keras_runner("kmt", model, data, sizes["hidden_dim"], args.jit_compile, tied=True))
+        for variant in [""] + args.kmt_variants:
+            switches = variant.split("+")
+            keras.config.set_dtype_policy("mixed_bfloat16" if "bf16" in switches else args.precision)
+            # Attention-weight dropout as in the references; no dropout after the feed-forward ReLU, as in keras-hub.
+            model = build_transformer(args.vocab, **sizes, dropout=args.dropout, attention_dropout=args.dropout,
+                                      max_length=max_length, name="kmt_transformer")
+            name = f"kmt+{variant}" if variant else "kmt"
+            jit_compile = args.jit_compile or "xla" in switches
+            runners.append(keras_runner(name, model, data, sizes["hidden_dim"], jit_compile, tied=True))
+        keras.config.set_dtype_policy(args.precision)
     if "keras_hub" in args.frameworks:
         from keras_hub_transformer import build_keras_hub_transformer
 

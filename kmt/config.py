@@ -45,6 +45,7 @@ class DataConfig:
     limit: Optional[int] = None  # use only the first `limit` pairs of each split (smoke tests, quick looks)
     max_tokens: int = 4096  # tokens per batch, bucketed by length; 0 to batch by batch_size
     batch_size: int = 64  # sentences per batch when max_tokens is 0
+    pad_to_bucket: bool = False  # pad batches to their bucket's width: fixed shapes, for trainer.jit_compile
     train: SplitFiles = field(default_factory=SplitFiles)  # data=parallel
     val: SplitFiles = field(default_factory=SplitFiles)
     test: SplitFiles = field(default_factory=SplitFiles)
@@ -84,7 +85,7 @@ class TrainerConfig:
     epochs: int = 10  # passes over the training split (at most, with max_minutes)
     max_minutes: float = 0.0  # wall-clock budget: stop after the epoch another would overrun it; 0 for none
     precision: str = "float32"  # float32, mixed_float16 or mixed_bfloat16
-    jit_compile: bool = False  # XLA-compile the train step
+    jit_compile: bool = False  # XLA-compile the train step (set data.pad_to_bucket too: one compile per bucket)
     keep_checkpoints: int = 5  # epoch checkpoints kept on disk (the newest); the best is always kept
     average_last: int = 0  # >1: score and export the average of the last N epoch checkpoints (paper, section 6.1)
     export: bool = True  # write the SavedModel to <run>/export at the end

@@ -87,7 +87,8 @@ def _train(cfg, run_dir):
     splits = {name: encode_split(name, text, vocabularies, max_length) for name, text in corpus.items()}
     if not len(splits["train"]):
         raise KmtError(f"no training pairs left after filtering empty and over-long pairs ({splits['train'].dropped})")
-    batching = dict(max_length=max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size)
+    batching = dict(max_length=max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size,
+                    pad_to_bucket=cfg.data.pad_to_bucket)
     steps_per_epoch = count_batches(splits["train"], **batching)
     train_data = make_dataset(splits["train"], **batching, shuffle=True, seed=cfg.seed, repeat=True)
     val_data = make_dataset(splits["val"], **batching)

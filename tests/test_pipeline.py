@@ -49,3 +49,22 @@ def test_shuffling_is_seeded(split):
     first = [f["source"].numpy().tolist() for f, _ in make_dataset(split, 16, batch_size=4, shuffle=True, seed=1)]
     again = [f["source"].numpy().tolist() for f, _ in make_dataset(split, 16, batch_size=4, shuffle=True, seed=1)]
     assert first == again
+
+
+def test_padding_to_the_bucket_gives_one_shape_per_bucket_within_the_budget(vocabularies):
+    rng = np.random.default_rng(0)
+    words = lambda letters: " ".join(rng.choice(list(letters), size=rng.integers(1, 8)))  # noqa: E731
+    varied = encode_split("train", ParallelText([words("abcdefg") for _ in range(60)],
+                                                [words("xyzw") for _ in range(60)]), vocabularies, max_length=16)
+    loose = list(make_dataset(varied, max_length=16, max_tokens=40))
+    fixed = list(make_dataset(varied, max_length=16, max_tokens=40, pad_to_bucket=True))
+    widths = {f["source"].shape[1] for f, _ in fixed} | {t.shape[1] for _, t in fixed}
+    assert widths <= {7, 11, 15, 16}  # bucket edges 8, 12, 16 and max_length + 1, less one
+    for features, target_out in fixed:
+        assert features["source"].shape[1] == features["target_in"].shape[1] == target_out.shape[1]
+        assert features["source"].shape[0] * target_out.shape[1] <= 40
+    # The same sentences in the same batches, only padded wider, in fewer shapes.
+    strip = lambda batches: [[row[row != 0].tolist() for row in f["source"].numpy()] for f, _ in batches]  # noqa
+    assert strip(loose) == strip(fixed)
+    shapes = lambda batches: {(tuple(f["source"].shape), tuple(t.shape)) for f, t in batches}  # noqa: E731
+    assert len(shapes(fixed)) < len(shapes(loose))

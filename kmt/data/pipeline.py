@@ -92,7 +92,8 @@ def _bucket_sizes(max_length, max_tokens, batch_size):
     return edges, sizes + sizes[-1:]
 
 
-def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, seed=None, repeat=False):
+def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, seed=None, repeat=False,
+                 pad_to_bucket=False):
     """A tf.data pipeline of padded, length-bucketed batches over an `EncodedSplit`.
 
     Args:
@@ -103,6 +104,9 @@ def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, 
         shuffle: bool. Shuffle sentences (seeded) before bucketing and batches after. Defaults to `False`.
         seed: int or None. Shuffle seed.
         repeat: bool. Repeat forever (for `steps_per_epoch`). Defaults to `False`.
+        pad_to_bucket: bool. Pad every batch to its bucket's width (upper edge - 1) rather than to its longest
+            sequence, so batches come in a few fixed shapes: an XLA-compiled step (`trainer.jit_compile`)
+            then compiles once per bucket instead of once per new shape. Defaults to `False`.
 
     Returns a `tf.data.Dataset` of `({"source": (B, S), "target_in": (B, T)}, target_out (B, T))` int32.
     """
@@ -120,6 +124,7 @@ def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, 
         bucket_boundaries=edges,
         bucket_batch_sizes=sizes,
         padded_shapes=({"source": [None], "target_in": [None]}, [None]),
+        pad_to_bucket_boundary=pad_to_bucket,
     )
     if not repeat:  # a known length gives Keras its progress bar and spares it a StopIteration warning
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(count_batches(split, max_length, max_tokens,
@@ -129,7 +134,7 @@ def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, 
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def count_batches(split, max_length, max_tokens=0, batch_size=64):
+def count_batches(split, max_length, max_tokens=0, batch_size=64, pad_to_bucket=False):
     """Batches in one pass over `split` (used as `steps_per_epoch`, so an epoch is a fixed number of steps)."""
     edges, sizes = _bucket_sizes(max_length, max_tokens, batch_size)
     lengths = np.maximum(split.source.row_lengths().numpy(), split.target.row_lengths().numpy() + 1)
