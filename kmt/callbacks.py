@@ -5,7 +5,10 @@ import json
 import math
 import logging
 import os
+import signal
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import keras
@@ -234,3 +237,48 @@ class HistoryCSV(keras.callbacks.Callback):
             writer.writerow([epoch, *(logs.get(key, "") for key in keys)])
             f.flush()
             os.fsync(f.fileno())
+
+
+class DeferredInterrupt(keras.callbacks.Callback):
+    """Ctrl-C during `fit`, delivered at the next batch or epoch end instead of wherever Python happens to be.
+
+    Python raises `KeyboardInterrupt` at whatever line runs when SIGINT arrives, and a few library code paths (bare
+    `except:` clauses in Keras's structure handling, run when a new batch shape is traced) would catch it and carry
+    on, so the interrupt could be lost. Inside `installed()` the first SIGINT only sets a flag, and this callback
+    raises `KeyboardInterrupt` from its own hooks, where nothing catches it but kmt. A second Ctrl-C interrupts at
+    once, as usual.
+
+    Example:
+    >>> interrupt = DeferredInterrupt()
+    >>> with interrupt.installed():
+    ...     signal.raise_signal(signal.SIGINT)
+    ...     interrupt.requested
+    True
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.requested = False
+
+    @contextmanager
+    def installed(self):
+        """Routes SIGINT to this callback for the block (main thread only; elsewhere nothing changes)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = signal.signal(signal.SIGINT, self._on_signal)
+        try:
+            yield self
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def _on_signal(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def _raise_if_requested(self, *args, **kwargs):
+        if self.requested:
+            raise KeyboardInterrupt
+
+    on_train_batch_end = on_test_batch_end = on_epoch_end = _raise_if_requested

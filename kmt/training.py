@@ -14,6 +14,7 @@ from kmt import config as config_lib
 from kmt.build import build_model, build_translator, compile_model
 from kmt.callbacks import (
     AtomicBackupAndRestore,
+    DeferredInterrupt,
     EpochCheckpoint,
     HistoryCSV,
     RunLock,
@@ -101,17 +102,21 @@ def _train(cfg, run_dir):
         len(splits["train"]), steps_per_epoch,
     )
     callbacks, stats = build_callbacks(cfg, run_dir, splits["train"].target_tokens)
+    interrupt = DeferredInterrupt()  # last: an epoch's backup is written before Ctrl-C is acted on
     started = time.perf_counter()
     try:
-        history = model.fit(
-            train_data,
-            validation_data=val_data,
-            epochs=cfg.trainer.epochs,
-            steps_per_epoch=steps_per_epoch,
-            callbacks=callbacks,
-            verbose=cfg.trainer.verbose,
-            shuffle=False,  # the tf.data pipeline shuffles, seeded
-        )
+        with interrupt.installed():
+            history = model.fit(
+                train_data,
+                validation_data=val_data,
+                epochs=cfg.trainer.epochs,
+                steps_per_epoch=steps_per_epoch,
+                callbacks=[*callbacks, interrupt],
+                verbose=cfg.trainer.verbose,
+                shuffle=False,  # the tf.data pipeline shuffles, seeded
+            )
+        if interrupt.requested:  # Ctrl-C during the last epoch's final hooks: still an interrupt
+            raise KeyboardInterrupt
     except KeyboardInterrupt:
         raise Interrupted(model, run_dir) from None
     wall_seconds = time.perf_counter() - started

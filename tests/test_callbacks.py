@@ -2,8 +2,13 @@
 
 import csv
 import os
+import signal
 
-from kmt.callbacks import HistoryCSV
+import keras
+import numpy as np
+import pytest
+
+from kmt.callbacks import DeferredInterrupt, HistoryCSV
 
 
 def _rows(path):
@@ -102,3 +107,44 @@ def test_time_budget_counts_the_epochs_of_earlier_invocations(tmp_path):
     with open(path, "w", newline="") as f:  # epochs 0 and 1 covered by the resume state, epoch 2 written after it
         csv.writer(f).writerows([["epoch", "epoch_seconds", "loss"], [0, 30, 3.0], [1, 30, 2.0], [2, 30, 1.0]])
     assert _budget_run(TimeBudget(100, path), 2, 30.0) == [2]
+
+
+class _SwallowingCallback(keras.callbacks.Callback):
+    """Delivers SIGINT at batch `at` inside a bare `except:`, the way some library code would swallow it."""
+
+    def __init__(self, at):
+        super().__init__()
+        self.at, self.batches = at, 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.batches += 1
+        if self.batches == self.at:
+            try:
+                signal.raise_signal(signal.SIGINT)
+            except:  # noqa: E722  (the point of the test)
+                pass
+
+
+def _tiny_fit(callbacks, interrupt=None):
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    x, y = np.zeros((8, 2), "float32"), np.zeros((8, 1), "float32")
+    fit = lambda: model.fit(x, y, batch_size=1, epochs=3, callbacks=callbacks, verbose=0)  # noqa: E731
+    if interrupt is None:
+        return fit()
+    with interrupt.installed():
+        return fit()
+
+
+def test_ctrl_c_swallowed_by_library_code_is_lost_without_the_deferred_interrupt():
+    swallowing = _SwallowingCallback(at=3)
+    _tiny_fit([swallowing])  # the plain handler's KeyboardInterrupt dies in the bare except: fit runs on
+    assert swallowing.batches == 24
+
+
+def test_deferred_interrupt_stops_at_the_end_of_the_batch_it_arrived_in():
+    swallowing, interrupt = _SwallowingCallback(at=3), DeferredInterrupt()
+    with pytest.raises(KeyboardInterrupt):
+        _tiny_fit([swallowing, interrupt], interrupt)
+    assert swallowing.batches == 3 and interrupt.requested
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
