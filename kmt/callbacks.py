@@ -262,8 +262,10 @@ class DeferredInterrupt(keras.callbacks.Callback):
 
     @contextmanager
     def installed(self):
-        """Routes SIGINT to this callback for the block (main thread only; elsewhere nothing changes)."""
-        if threading.current_thread() is not threading.main_thread():
+        """Routes SIGINT to this callback for the block. Nothing changes outside the main thread, or where SIGINT
+        is ignored (a background job of a non-interactive shell, `nohup`): ignored stays ignored."""
+        ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        if ignored or threading.current_thread() is not threading.main_thread():
             yield self
             return
         previous = signal.signal(signal.SIGINT, self._on_signal)

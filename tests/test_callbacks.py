@@ -136,15 +136,35 @@ def _tiny_fit(callbacks, interrupt=None):
         return fit()
 
 
-def test_ctrl_c_swallowed_by_library_code_is_lost_without_the_deferred_interrupt():
+@pytest.fixture
+def sigint_raises():
+    """Python's own SIGINT handler for the test, whatever the runner inherited (a background job ignores SIGINT)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_swallowed_by_library_code_is_lost_without_the_deferred_interrupt(sigint_raises):
     swallowing = _SwallowingCallback(at=3)
     _tiny_fit([swallowing])  # the plain handler's KeyboardInterrupt dies in the bare except: fit runs on
     assert swallowing.batches == 24
 
 
-def test_deferred_interrupt_stops_at_the_end_of_the_batch_it_arrived_in():
+def test_deferred_interrupt_stops_at_the_end_of_the_batch_it_arrived_in(sigint_raises):
     swallowing, interrupt = _SwallowingCallback(at=3), DeferredInterrupt()
     with pytest.raises(KeyboardInterrupt):
         _tiny_fit([swallowing, interrupt], interrupt)
     assert swallowing.batches == 3 and interrupt.requested
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
+
+
+def test_an_ignored_sigint_stays_ignored():
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        interrupt = DeferredInterrupt()
+        with interrupt.installed():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            signal.raise_signal(signal.SIGINT)
+        assert not interrupt.requested
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -73,9 +73,11 @@ def test_killed_run_resumes_where_it_stopped(tmp_path):
 def test_ctrl_c_saves_and_exits_cleanly(tmp_path):
     run_dir = tmp_path / "run"
     env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"}
+    # A terminal's Ctrl-C: SIGINT at its default even when the tests run as a background job, which ignores it.
     process = subprocess.Popen([sys.executable, "-m", "kmt.cli.train", *LONGER, "trainer.epochs=20",
                                 f"hydra.run.dir={run_dir}"], env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 300
     while not (run_dir / "checkpoints" / "backup" / "training_metadata.json").exists() and time.time() < deadline:
         time.sleep(0.05)
