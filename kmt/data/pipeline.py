@@ -134,7 +134,7 @@ def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, 
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def count_batches(split, max_length, max_tokens=0, batch_size=64, pad_to_bucket=False):
+def count_batches(split, max_length, max_tokens=0, batch_size=64):
     """Batches in one pass over `split` (used as `steps_per_epoch`, so an epoch is a fixed number of steps)."""
     edges, sizes = _bucket_sizes(max_length, max_tokens, batch_size)
     lengths = np.maximum(split.source.row_lengths().numpy(), split.target.row_lengths().numpy() + 1)
