@@ -1,0 +1,104 @@
+"""Search settings chosen on a held-out split: beam size x length penalty, decoded with one trained model.
+
+    python bench/decode_sweep.py runs/bench/multi30k_en_de/<time> --average 5 --length-penalties 0.6,1.0,1.4
+    python bench/decode_sweep.py RUN_DIR --split val --beam-sizes 1,5 --length-penalties 0.6
+
+The run's model (its last epoch checkpoint, or the average of its last `--average` epoch checkpoints, as
+`trainer.average_last` and `kmt-export --average` make it) is wrapped in `kmt.export.Translator` once per setting,
+the same graph `kmt-export` saves, and translates the run's `--split` (default `val`: choose search settings on val,
+report test only once). Each row gives sacreBLEU and chrF on raw text, the lowercased Moses-tokenized BLEU when the
+corpus has `tok/` references (Multi30k), and the length ratio hypothesis / reference (sacreBLEU's, 13a tokens):
+below 1.0 the brevity penalty is costing BLEU. Training is not touched; nothing is written unless `--out` is given.
+"""
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from common import print_json, print_table  # noqa: E402  (bench/ is on sys.path)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", help="a kmt-train run directory (holding config.yaml, tokenizer/, checkpoints/)")
+    parser.add_argument("--average", type=int, default=0, metavar="N",
+                        help="average the last N epoch checkpoints (default: 0, the last checkpoint alone)")
+    parser.add_argument("--split", default="val", help="the run's split to translate: val or test (default: val)")
+    parser.add_argument("--beam-sizes", default="5", help="comma-separated beam sizes (default: 5)")
+    parser.add_argument("--length-penalties", default="0.6", help="comma-separated GNMT alphas (default: 0.6)")
+    parser.add_argument("--sentences", type=int, default=0, help="translate only the first N (default: 0, all)")
+    parser.add_argument("--out", help="also write the table as markdown to this file")
+    return parser.parse_args(argv)
+
+
+def floats(text):
+    return [float(v) for v in text.split(",") if v]
+
+
+def tokenized_references(cfg, split):
+    """Multi30k's lowercased tokenized references for `split`, or None for other corpora."""
+    if cfg.data.name != "multi30k":
+        return None
+    stem = {"val": "val", "test": "test_2016_flickr"}[split]
+    path = Path(cfg.data.dir) / "multi30k" / "tok" / f"{stem}.lc.norm.tok.{cfg.data.target_lang}"
+    return path.read_text(encoding="utf-8").splitlines() if path.is_file() else None
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from kmt.build import build_translator
+    from kmt.checkpoints import average_checkpoints, epoch_checkpoints, load_run_model
+    from kmt.data import load_corpus
+    from kmt.scoring import tokenized_bleu, translation_scores
+    from kmt.translation import batch_fn, translate_lines
+    from sacrebleu.metrics import BLEU
+
+    cfg, vocabularies, model = load_run_model(args.run_dir)
+    if args.average:
+        average_checkpoints(model, epoch_checkpoints(args.run_dir)[-args.average:])
+    cfg.data.download = False
+    pairs = load_corpus(cfg.data)[args.split]
+    sources, references = list(pairs.source), list(pairs.target)
+    tokenized = tokenized_references(cfg, args.split)
+    if args.sentences:
+        sources, references = sources[: args.sentences], references[: args.sentences]
+        tokenized = tokenized[: args.sentences] if tokenized else None
+
+    rows = []
+    for beam_size in [int(b) for b in floats(args.beam_sizes)]:
+        for alpha in floats(args.length_penalties):
+            decode = cfg.decode.copy()
+            decode.beam_size, decode.length_penalty = beam_size, alpha
+            translator = build_translator(model, vocabularies, decode)
+            started = time.perf_counter()
+            hypotheses, _ = translate_lines(batch_fn(translator.translate), sources)
+            seconds = time.perf_counter() - started
+            scores = translation_scores(hypotheses, references)
+            bleu = BLEU().corpus_score(hypotheses, [references])
+            row = {"beam": beam_size, "alpha": alpha, "bleu": round(scores["bleu"], 2),
+                   "chrf": round(scores["chrf"], 2), "length_ratio": round(bleu.sys_len / bleu.ref_len, 3),
+                   "seconds": round(seconds, 1)}
+            if tokenized is not None:
+                row["tokenized_bleu"] = round(tokenized_bleu(hypotheses, tokenized, cfg.data.target_lang)
+                                              ["tokenized_bleu"], 2)
+            rows.append(row)
+            print(f"beam {beam_size} alpha {alpha}: " + ", ".join(f"{k} {v}" for k, v in row.items()), flush=True)
+
+    columns = [("beam", "beam"), ("alpha", "length penalty"), ("bleu", f"{args.split} sacreBLEU"),
+               ("chrf", "chrF"), ("tokenized_bleu", "tok. BLEU"), ("length_ratio", "hyp/ref length"),
+               ("seconds", "decode s")]
+    if tokenized is None:
+        columns.remove(("tokenized_bleu", "tok. BLEU"))
+    print_table([{k: str(v) for k, v in row.items()} for row in rows], columns)
+    print_json("decode_sweep", run_dir=args.run_dir, average=args.average, split=args.split, rows=rows)
+    if args.out:
+        lines = ["| " + " | ".join(h for _, h in columns) + " |", "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(str(row.get(k, "")) for k, _ in columns) + " |" for row in rows]
+        Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
