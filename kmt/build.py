@@ -28,6 +28,21 @@ def build_model(model_cfg, source_vocab_size, target_vocab_size):
     )
 
 
+def float32_copy(model, model_cfg, source_vocab_size, target_vocab_size):
+    """`model` rebuilt with float32 compute and the same weights: what a mixed-precision run decodes and exports
+    with, so its SavedModel runs in float32 on any CPU (bfloat16 matmuls are slow where the CPU lacks AVX512-BF16
+    or AMX) and beam scores are not rounded to bfloat16's 8 bits. Mixed precision keeps variables in float32, so
+    the copy is exact."""
+    policy = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("float32")
+    try:
+        copy = build_model(model_cfg, source_vocab_size, target_vocab_size)
+    finally:
+        keras.config.set_dtype_policy(policy)
+    copy.set_weights(model.get_weights())
+    return copy
+
+
 def build_optimizer(optim_cfg, hidden_dim):
     """Adam with the paper's betas and epsilon, driven by the Noam schedule."""
     schedule = NoamSchedule(hidden_dim, warmup_steps=optim_cfg.warmup_steps, scale=optim_cfg.lr_scale)

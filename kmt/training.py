@@ -11,7 +11,7 @@ from keras import ops
 from omegaconf import OmegaConf
 
 from kmt import config as config_lib
-from kmt.build import build_model, build_translator, compile_model
+from kmt.build import build_model, build_translator, compile_model, float32_copy
 from kmt.callbacks import (
     AtomicBackupAndRestore,
     DeferredInterrupt,
@@ -132,7 +132,11 @@ def _train(cfg, run_dir):
         average_checkpoints(model, paths)
         save_weights_atomically(model, run_dir / "checkpoints" / f"average_last{len(paths)}.weights.h5")
 
-    translator = build_translator(model, vocabularies, cfg.decode)
+    # Decoding and the export run in float32 whatever the training precision (see `float32_copy`).
+    decoder = model if cfg.trainer.precision == "float32" else float32_copy(
+        model, cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size
+    )
+    translator = build_translator(decoder, vocabularies, cfg.decode)
     metrics = {"train": train_stats(splits["train"], stats, wall_seconds, steps_per_epoch, model)}
     metrics["train"]["averaged_checkpoints"] = max(1, min(cfg.trainer.average_last, len(epoch_checkpoints(run_dir))))
     for name in ("val", "test"):

@@ -104,11 +104,19 @@ def test_nan_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(tmp_p
     assert backup["epoch"] == 1
 
 
-def test_mixed_float16_trains_with_finite_loss(tmp_path):
-    result = run_cli("train", "debug=smoke", "trainer.precision=mixed_float16", "trainer.export=false",
-                     f"hydra.run.dir={tmp_path}")
+@pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_trains_and_exports_float32(tmp_path, precision):
+    result = run_cli("train", "debug=smoke", f"trainer.precision={precision}", f"hydra.run.dir={tmp_path}")
     assert result.returncode == 0, result.stderr[-2000:]
     assert all(float(row["loss"]) < 1e3 for row in _history(tmp_path))
+    # The SavedModel decodes in float32: no tensor of the half-precision type anywhere in its graph.
+    from google.protobuf import text_format
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel.FromString((tmp_path / "export" / "saved_model.pb").read_bytes())
+    graph_text = text_format.MessageToString(proto.meta_graphs[0].graph_def)  # ops and functions, not the op list
+    assert "DT_FLOAT" in graph_text
+    assert {"mixed_float16": "DT_HALF", "mixed_bfloat16": "DT_BFLOAT16"}[precision] not in graph_text
 
 
 def test_awkward_sentences_train_and_are_counted(tmp_path):
