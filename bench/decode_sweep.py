@@ -58,7 +58,11 @@ def main(argv=None):
 
     cfg, vocabularies, model = load_run_model(args.run_dir)
     if args.average:
-        average_checkpoints(model, epoch_checkpoints(args.run_dir)[-args.average:])
+        paths = epoch_checkpoints(args.run_dir)
+        if len(paths) < args.average:
+            raise SystemExit(f"error: --average {args.average} needs {args.average} epoch checkpoints; "
+                             f"{args.run_dir}/checkpoints has {len(paths)}")
+        average_checkpoints(model, paths[-args.average:])
     cfg.data.download = False
     pairs = load_corpus(cfg.data)[args.split]
     sources, references = list(pairs.source), list(pairs.target)
