@@ -7,40 +7,37 @@ from kmt.model import build_transformer
 from kmt.schedule import NoamSchedule
 
 
-def build_model(model_cfg, source_vocab_size, target_vocab_size):
-    """A `build_transformer` model from `cfg.model` and the run's vocabulary sizes."""
-    return build_transformer(
-        vocab_size=source_vocab_size,
-        target_vocab_size=target_vocab_size,
-        num_layers=model_cfg.num_layers,
-        num_decoder_layers=model_cfg.num_decoder_layers,
-        hidden_dim=model_cfg.hidden_dim,
-        num_heads=model_cfg.num_heads,
-        intermediate_dim=model_cfg.intermediate_dim,
-        dropout=model_cfg.dropout,
-        attention_dropout=model_cfg.attention_dropout,
-        activation_dropout=model_cfg.activation_dropout,
-        max_length=model_cfg.max_length,
-        norm_first=model_cfg.norm_first,
-        shared_embeddings=model_cfg.shared_embeddings,
-        tied_output=model_cfg.tied_output,
-        learned_positions=model_cfg.learned_positions,
-    )
+def build_model(model_cfg, source_vocab_size, target_vocab_size, dtype_policy=None):
+    """A `build_transformer` model from `cfg.model` and the run's vocabulary sizes.
 
-
-def float32_copy(model, model_cfg, source_vocab_size, target_vocab_size):
-    """`model` rebuilt with float32 compute and the same weights: what a mixed-precision run decodes and exports
-    with, so its SavedModel runs in float32 on any CPU (bfloat16 matmuls are slow where the CPU lacks AVX512-BF16
-    or AMX) and beam scores are not rounded to bfloat16's 8 bits. Mixed precision keeps variables in float32, so
-    the copy is exact."""
-    policy = keras.config.dtype_policy()
-    keras.config.set_dtype_policy("float32")
+    `dtype_policy` (e.g. `"float32"`) builds this model under that policy instead of the global one, which is left
+    as it was. Decoding and export use float32 whatever the training precision: a mixed-precision SavedModel would
+    run bfloat16 matmuls, slow on CPUs without AVX512-BF16 or AMX, and round the logits that beam scores come from.
+    Mixed precision keeps its variables in float32, so a float32 model takes a mixed one's weights exactly.
+    """
+    previous = keras.config.dtype_policy()
+    if dtype_policy is not None:
+        keras.config.set_dtype_policy(dtype_policy)
     try:
-        copy = build_model(model_cfg, source_vocab_size, target_vocab_size)
+        return build_transformer(
+            vocab_size=source_vocab_size,
+            target_vocab_size=target_vocab_size,
+            num_layers=model_cfg.num_layers,
+            num_decoder_layers=model_cfg.num_decoder_layers,
+            hidden_dim=model_cfg.hidden_dim,
+            num_heads=model_cfg.num_heads,
+            intermediate_dim=model_cfg.intermediate_dim,
+            dropout=model_cfg.dropout,
+            attention_dropout=model_cfg.attention_dropout,
+            activation_dropout=model_cfg.activation_dropout,
+            max_length=model_cfg.max_length,
+            norm_first=model_cfg.norm_first,
+            shared_embeddings=model_cfg.shared_embeddings,
+            tied_output=model_cfg.tied_output,
+            learned_positions=model_cfg.learned_positions,
+        )
     finally:
-        keras.config.set_dtype_policy(policy)
-    copy.set_weights(model.get_weights())
-    return copy
+        keras.config.set_dtype_policy(previous)
 
 
 def build_optimizer(optim_cfg, hidden_dim):

@@ -32,7 +32,6 @@ def find_checkpoint(run_dir, which):
 def load_run_model(run_dir, checkpoint="last"):
     """`(cfg, vocabularies, model)` of a run: the model rebuilt from its `config.yaml` and `tokenizer/`, with
     the weights of `checkpoint` (see `find_checkpoint`), uncompiled, in float32."""
-    import keras
     from omegaconf import OmegaConf
 
     from kmt.build import build_model
@@ -43,9 +42,8 @@ def load_run_model(run_dir, checkpoint="last"):
         raise KmtError(f"{run_dir} is not a kmt run directory (no config.yaml)")
     path = find_checkpoint(run_dir, checkpoint)
     cfg = OmegaConf.load(run_dir / "config.yaml")
-    keras.config.set_dtype_policy("float32")
     vocabularies = Vocabularies.load(run_dir / "tokenizer")
-    model = build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size)
+    model = build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size, "float32")
     model.load_weights(path)
     return cfg, vocabularies, model
 

@@ -11,7 +11,7 @@ from keras import ops
 from omegaconf import OmegaConf
 
 from kmt import config as config_lib
-from kmt.build import build_model, build_translator, compile_model, float32_copy
+from kmt.build import build_model, build_translator, compile_model
 from kmt.callbacks import (
     AtomicBackupAndRestore,
     DeferredInterrupt,
@@ -132,10 +132,10 @@ def _train(cfg, run_dir):
         average_checkpoints(model, paths)
         save_weights_atomically(model, run_dir / "checkpoints" / f"average_last{len(paths)}.weights.h5")
 
-    # Decoding and the export run in float32 whatever the training precision (see `float32_copy`).
-    decoder = model if cfg.trainer.precision == "float32" else float32_copy(
-        model, cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size
-    )
+    decoder = model  # decoding and the export run in float32 whatever the training precision (see build_model)
+    if cfg.trainer.precision != "float32":
+        decoder = build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size, "float32")
+        decoder.set_weights(model.get_weights())
     translator = build_translator(decoder, vocabularies, cfg.decode)
     metrics = {"train": train_stats(splits["train"], stats, wall_seconds, steps_per_epoch, model)}
     metrics["train"]["averaged_checkpoints"] = max(1, min(cfg.trainer.average_last, len(epoch_checkpoints(run_dir))))
