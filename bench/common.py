@@ -51,13 +51,17 @@ def timed(fn, *args, **kwargs):
     return result, time.perf_counter() - started
 
 
-def print_table(rows, columns):
-    """Prints `rows` (a list of dicts) as a markdown table with `columns` (a list of keys, or (key, header) pairs)."""
+def markdown_table(rows, columns):
+    """`rows` (a list of dicts) as a markdown table with `columns` (a list of keys, or (key, header) pairs)."""
     columns = [(c, c) if isinstance(c, str) else c for c in columns]
-    print("| " + " | ".join(header for _, header in columns) + " |")
-    print("|" + "---|" * len(columns))
-    for row in rows:
-        print("| " + " | ".join(_format(row.get(key, "")) for key, _ in columns) + " |")
+    lines = ["| " + " | ".join(header for _, header in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_format(row.get(key, "")) for key, _ in columns) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def print_table(rows, columns):
+    """Prints `markdown_table(rows, columns)`."""
+    print(markdown_table(rows, columns), end="")
 
 
 def print_json(name, **payload):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from common import print_json, print_table  # noqa: E402  (bench/ is on sys.path)
+from common import markdown_table, print_json  # noqa: E402  (bench/ is on sys.path)
 
 
 def parse_args(argv=None):
@@ -54,7 +54,6 @@ def main(argv=None):
     from kmt.data import load_corpus
     from kmt.scoring import tokenized_bleu, translation_scores
     from kmt.translation import batch_fn, translate_lines
-    from sacrebleu.metrics import BLEU
 
     cfg, vocabularies, model = load_run_model(args.run_dir)
     if args.average:
@@ -81,9 +80,8 @@ def main(argv=None):
             hypotheses, _ = translate_lines(batch_fn(translator.translate), sources)
             seconds = time.perf_counter() - started
             scores = translation_scores(hypotheses, references)
-            bleu = BLEU().corpus_score(hypotheses, [references])
             row = {"beam": beam_size, "alpha": alpha, "bleu": round(scores["bleu"], 2),
-                   "chrf": round(scores["chrf"], 2), "length_ratio": round(bleu.sys_len / bleu.ref_len, 3),
+                   "chrf": round(scores["chrf"], 2), "length_ratio": round(scores["length_ratio"], 3),
                    "seconds": round(seconds, 1)}
             if tokenized is not None:
                 row["tokenized_bleu"] = round(tokenized_bleu(hypotheses, tokenized, cfg.data.target_lang)
@@ -96,12 +94,11 @@ def main(argv=None):
                ("seconds", "decode s")]
     if tokenized is None:
         columns.remove(("tokenized_bleu", "tok. BLEU"))
-    print_table([{k: str(v) for k, v in row.items()} for row in rows], columns)
+    table = markdown_table([{k: str(v) for k, v in row.items()} for row in rows], columns)  # figures as rounded
+    print(table, end="")
     print_json("decode_sweep", run_dir=args.run_dir, average=args.average, split=args.split, rows=rows)
     if args.out:
-        lines = ["| " + " | ".join(h for _, h in columns) + " |", "|" + "---|" * len(columns)]
-        lines += ["| " + " | ".join(str(row.get(k, "")) for k, _ in columns) + " |" for row in rows]
-        Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        Path(args.out).write_text(table, encoding="utf-8")
 
 
 if __name__ == "__main__":

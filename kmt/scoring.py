@@ -15,13 +15,15 @@ from sacrebleu.metrics import BLEU, CHRF
 
 
 def sacre_scores(hypotheses, references):
-    """sacreBLEU BLEU and chrF of `hypotheses` against one reference each, with their signatures."""
+    """sacreBLEU BLEU and chrF of `hypotheses` against one reference each, with their signatures, and BLEU's
+    hypothesis / reference length ratio (13a tokens)."""
     bleu, chrf = BLEU(), CHRF()
     bleu_score = bleu.corpus_score(hypotheses, [references])
     chrf_score = chrf.corpus_score(hypotheses, [references])
     return {
         "bleu": bleu_score.score,
         "chrf": chrf_score.score,
+        "length_ratio": bleu_score.sys_len / max(bleu_score.ref_len, 1),  # below 1: BLEU's brevity penalty bites
         "bleu_signature": str(bleu.get_signature()),
         "chrf_signature": str(chrf.get_signature()),
     }

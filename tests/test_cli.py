@@ -38,6 +38,7 @@ def test_evaluate_prints_sacrebleu_scores_with_signatures(smoke_run, tmp_path):
     assert "tok:none" in scores["tokenized_bleu_signature"]
     text = run_cli("evaluate", smoke_run / "export", "--source", source, "--reference", reference)
     assert text.returncode == 0 and "BLEU = " in text.stdout and "chrF = " in text.stdout
+    assert "hyp/ref length" in text.stdout and scores["length_ratio"] > 0
 
 
 def test_evaluate_rejects_mismatched_files(smoke_run, tmp_path):

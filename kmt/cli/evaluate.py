@@ -59,7 +59,7 @@ def main(argv=None):
     if args.json:
         print(json.dumps(scores))
         return
-    print(f"BLEU = {scores['bleu']:.2f}  ({scores['bleu_signature']})")
+    print(f"BLEU = {scores['bleu']:.2f}  ({scores['bleu_signature']}; hyp/ref length {scores['length_ratio']:.3f})")
     print(f"chrF = {scores['chrf']:.2f}  ({scores['chrf_signature']})")
     if tokenized is not None:
         print(f"tokenized BLEU = {scores['tokenized_bleu']:.2f}  (lowercased, Moses-tokenized; "
