@@ -50,18 +50,18 @@ def tokenized_references(cfg, split):
 def main(argv=None):
     args = parse_args(argv)
     from kmt.build import build_translator
-    from kmt.checkpoints import average_checkpoints, epoch_checkpoints, load_run_model
+    from kmt.checkpoints import average_checkpoints, last_epoch_checkpoints, load_run_model
     from kmt.data import load_corpus
+    from kmt.errors import KmtError
     from kmt.scoring import tokenized_bleu, translation_scores
     from kmt.translation import batch_fn, translate_lines
 
-    cfg, vocabularies, model = load_run_model(args.run_dir)
-    if args.average:
-        paths = epoch_checkpoints(args.run_dir)
-        if len(paths) < args.average:
-            raise SystemExit(f"error: --average {args.average} needs {args.average} epoch checkpoints; "
-                             f"{args.run_dir}/checkpoints has {len(paths)}")
-        average_checkpoints(model, paths[-args.average:])
+    try:
+        cfg, vocabularies, model = load_run_model(args.run_dir)
+        if args.average:
+            average_checkpoints(model, last_epoch_checkpoints(args.run_dir, args.average))
+    except KmtError as error:
+        raise SystemExit(f"error: {error}") from None
     cfg.data.download = False
     pairs = load_corpus(cfg.data)[args.split]
     sources, references = list(pairs.source), list(pairs.target)

@@ -15,6 +15,14 @@ def epoch_checkpoints(run_dir):
     return sorted((Path(run_dir) / "checkpoints").glob("epoch_*.weights.h5"))
 
 
+def last_epoch_checkpoints(run_dir, n):
+    """The run's last `n` epoch checkpoints, oldest first; a `KmtError` when it has fewer than `n`."""
+    paths = epoch_checkpoints(run_dir)
+    if len(paths) < n:
+        raise KmtError(f"--average {n} needs {n} epoch checkpoints; {Path(run_dir) / 'checkpoints'} has {len(paths)}")
+    return paths[-n:]
+
+
 def find_checkpoint(run_dir, which):
     """`"last"` (newest epoch), `"best"` (lowest val loss) or a path -> an existing `.weights.h5` path."""
     if which == "best":

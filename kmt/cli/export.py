@@ -14,7 +14,6 @@ from pathlib import Path
 
 from kmt.cli.common import setup_logging
 from kmt.cli.errors import exit_on_user_error
-from kmt.errors import KmtError
 
 
 def parse_args(argv=None):
@@ -40,17 +39,13 @@ def main(argv=None):
     with exit_on_user_error():
         from kmt.build import build_translator
         from kmt.callbacks import save_weights_atomically
-        from kmt.checkpoints import average_checkpoints, epoch_checkpoints, load_run_model
+        from kmt.checkpoints import average_checkpoints, last_epoch_checkpoints, load_run_model
         from kmt.export import export_translator
 
         cfg, vocabularies, model = load_run_model(run_dir, args.checkpoint)
         source = args.checkpoint
         if args.average:
-            paths = epoch_checkpoints(run_dir)
-            if len(paths) < args.average:
-                raise KmtError(f"--average {args.average} needs {args.average} epoch checkpoints; "
-                               f"{run_dir / 'checkpoints'} has {len(paths)}")
-            average_checkpoints(model, paths[-args.average:])
+            average_checkpoints(model, last_epoch_checkpoints(run_dir, args.average))
             source = run_dir / "checkpoints" / f"average_last{args.average}.weights.h5"
             save_weights_atomically(model, source)
         if args.beam_size is not None:
