@@ -3,9 +3,15 @@ through the SavedModel with beam search, and print one results row (markdown) pl
 
     python bench/multi30k.py en_de                      # the recipe in conf/experiment/multi30k_en_de.yaml
     python bench/multi30k.py de_en trainer.epochs=20    # any Hydra override goes to kmt-train
+    python bench/multi30k.py en_de --tok-data           # the anchors' protocol: lowercased, tokenized text
 
 Scores: sacreBLEU (cased, 13a, raw references), chrF, and the lowercased Moses-tokenized BLEU that published
 Multi30k numbers use (against $KMT_DATA_DIR/multi30k/tok/). Corpora come from $KMT_DATA_DIR (default ./data).
+
+`--tok-data` trains, validates and tests on the lowercased, punctuation-normalized, Moses-tokenized copies in tok/
+(`data=parallel`), as the published systems did; runs go to runs/bench/multi30k_<direction>_tok/. The output is then
+already in the references' form and is scored as is (tokenized BLEU, no re-tokenization); sacreBLEU and chrF are
+computed on the Moses-detokenized output against the raw references, both lowercased (case is not modelled).
 """
 
 import datetime
@@ -25,23 +31,30 @@ def main():
     direction = sys.argv[1] if len(sys.argv) > 1 else "en_de"
     if direction not in ANCHORS:
         sys.exit(f"error: direction must be en_de or de_en. Received: {direction}")
-    overrides = sys.argv[2:]
+    tok_data = "--tok-data" in sys.argv[2:]
+    user_overrides = [arg for arg in sys.argv[2:] if arg != "--tok-data"]
     source, target = direction.split("_")
     data = Path(os.environ.get("KMT_DATA_DIR", "data")) / "multi30k"
     stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    run_dir = Path("runs") / "bench" / f"multi30k_{direction}" / stamp
+    run_dir = Path("runs") / "bench" / f"multi30k_{direction}{'_tok' if tok_data else ''}" / stamp
+    overrides = [*(tok_overrides(data, source, target) if tok_data else []), *user_overrides]
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "kmt.cli.train", f"experiment=multi30k_{direction}",
                     f"hydra.run.dir={run_dir}", *overrides], check=True)
     total_seconds = time.perf_counter() - started
+    hypotheses = run_dir / f"test_2016_flickr.hyp.{target}"
+    tokenized_reference = data / "tok" / f"test_2016_flickr.lc.norm.tok.{target}"
+    test_source = tokenized_reference.with_suffix(f".{source}") if tok_data else data / f"test_2016_flickr.{source}"
     evaluation = subprocess.run(
         [sys.executable, "-m", "kmt.cli.evaluate", str(run_dir / "export"),
-         "--source", str(data / f"test_2016_flickr.{source}"), "--reference", str(data / f"test_2016_flickr.{target}"),
-         "--tokenized-reference", str(data / "tok" / f"test_2016_flickr.lc.norm.tok.{target}"), "--lang", target,
-         "--hypotheses", str(run_dir / f"test_2016_flickr.hyp.{target}"), "--json"],
+         "--source", str(test_source), "--reference", str(data / f"test_2016_flickr.{target}"),
+         "--tokenized-reference", str(tokenized_reference), "--lang", target,
+         "--hypotheses", str(hypotheses), "--json"],
         check=True, capture_output=True, text=True,
     )
     scores = json.loads(evaluation.stdout.strip().splitlines()[-1])
+    if tok_data:
+        scores = tokenized_output_scores(hypotheses, tokenized_reference, data / f"test_2016_flickr.{target}", target)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     row = {
         "direction": direction.replace("_", "->"),
@@ -56,16 +69,52 @@ def main():
         "tokens_per_second": round(metrics["train"]["tokens_per_second"]),
         "hardware": hardware(),
         "run_dir": str(run_dir),
-        "command": " ".join(["python bench/multi30k.py", direction, *overrides]),
+        "command": " ".join(["python bench/multi30k.py", direction, *sys.argv[2:]]),
         "anchor": ANCHORS[direction],
         "bleu_signature": scores["bleu_signature"],
+        "data": "tok/ (lowercased, tokenized); sacreBLEU and chrF lowercased" if tok_data else "raw, cased",
     }
     (run_dir / "bench.json").write_text(json.dumps(row, indent=2) + "\n")
     print("| direction | tok. BLEU | sacreBLEU | chrF | params | train min | tokens/s | hardware |")
     print("|---|---|---|---|---|---|---|---|")
     print(f"| {row['direction']} | {row['tokenized_bleu']} | {row['sacrebleu']} | {row['chrf']} | "
           f"{row['parameters'] / 1e6:.1f}M | {row['train_minutes']} | {row['tokens_per_second']} | {row['hardware']} |")
+    if tok_data:
+        print("(trained and tested on tok/; sacreBLEU and chrF are lowercased, on the detokenized output)")
     print(json.dumps(row))
+
+
+def tok_overrides(data, source, target):
+    """kmt-train overrides that swap Multi30k's raw files for the lowercased, tokenized ones in tok/."""
+    stems = {"train": "train", "val": "val", "test": "test_2016_flickr"}
+    return ["data=parallel"] + [
+        f"data.{split}.{side}={(data / 'tok' / f'{stem}.lc.norm.tok.{lang}').resolve()}"
+        for split, stem in stems.items() for side, lang in (("source", source), ("target", target))
+    ]
+
+
+def tokenized_output_scores(hypotheses_path, tokenized_reference_path, raw_reference_path, lang):
+    """Scores for output that is already lowercased and Moses-tokenized (a model trained on tok/).
+
+    BLEU against the tok/ references as is; sacreBLEU (13a) and chrF on the Moses-detokenized output against
+    the raw references, both sides lowercased.
+    """
+    from sacrebleu.metrics import BLEU, CHRF
+    from sacremoses import MosesDetokenizer
+
+    hypotheses = hypotheses_path.read_text(encoding="utf-8").splitlines()
+    tokenized_references = tokenized_reference_path.read_text(encoding="utf-8").splitlines()
+    raw_references = raw_reference_path.read_text(encoding="utf-8").splitlines()
+    detokenizer = MosesDetokenizer(lang=lang)
+    detokenized = [detokenizer.detokenize(line.split()) for line in hypotheses]  # unescapes &apos; and the like
+    tokenized = BLEU(tokenize="none", force=True)
+    bleu, chrf = BLEU(lowercase=True), CHRF(lowercase=True)
+    return {
+        "tokenized_bleu": tokenized.corpus_score(hypotheses, [tokenized_references]).score,
+        "bleu": bleu.corpus_score(detokenized, [raw_references]).score,
+        "chrf": chrf.corpus_score(detokenized, [raw_references]).score,
+        "bleu_signature": str(bleu.get_signature()),
+    }
 
 
 if __name__ == "__main__":
