@@ -9,9 +9,9 @@ Scores: sacreBLEU (cased, 13a, raw references), chrF, and the lowercased Moses-t
 Multi30k numbers use (against $KMT_DATA_DIR/multi30k/tok/). Corpora come from $KMT_DATA_DIR (default ./data).
 
 `--tok-data` trains, validates and tests on the lowercased, punctuation-normalized, Moses-tokenized copies in tok/
-(`data=parallel`), as the published systems did; runs go to runs/bench/multi30k_<direction>_tok/. The output is then
-already in the references' form and is scored as is (tokenized BLEU, no re-tokenization); sacreBLEU and chrF are
-computed on the Moses-detokenized output against the raw references, both lowercased (case is not modelled).
+(`data.tokenized=true`), as the published systems did; runs go to runs/bench/multi30k_<direction>_tok/. The output
+is then already in the references' form and is scored as is (tokenized BLEU, no re-tokenization); sacreBLEU and chrF
+are computed on the Moses-detokenized output against the raw references, both lowercased (case is not modelled).
 """
 
 import datetime
@@ -37,7 +37,7 @@ def main():
     data = Path(os.environ.get("KMT_DATA_DIR", "data")) / "multi30k"
     stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     run_dir = Path("runs") / "bench" / f"multi30k_{direction}{'_tok' if tok_data else ''}" / stamp
-    overrides = [*(tok_overrides(data, source, target) if tok_data else []), *user_overrides]
+    overrides = [*(["data.tokenized=true"] if tok_data else []), *user_overrides]
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "kmt.cli.train", f"experiment=multi30k_{direction}",
                     f"hydra.run.dir={run_dir}", *overrides], check=True)
@@ -82,15 +82,6 @@ def main():
     if tok_data:
         print("(trained and tested on tok/; sacreBLEU and chrF are lowercased, on the detokenized output)")
     print(json.dumps(row))
-
-
-def tok_overrides(data, source, target):
-    """kmt-train overrides that swap Multi30k's raw files for the lowercased, tokenized ones in tok/."""
-    stems = {"train": "train", "val": "val", "test": "test_2016_flickr"}
-    return ["data=parallel"] + [
-        f"data.{split}.{side}={(data / 'tok' / f'{stem}.lc.norm.tok.{lang}').resolve()}"
-        for split, stem in stems.items() for side, lang in (("source", source), ("target", target))
-    ]
 
 
 def tokenized_output_scores(hypotheses_path, tokenized_reference_path, raw_reference_path, lang):

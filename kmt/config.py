@@ -38,6 +38,7 @@ class DataConfig:
     download: bool = True  # fetch a missing public corpus into `dir`
     source_lang: str = "en"  # multi30k: en, de, fr or cs
     target_lang: str = "de"
+    tokenized: bool = False  # multi30k: the lowercased, Moses-tokenized tok/ copies published numbers use
     seed: int = 1234  # generated data and the spa_eng split
     num_train: int = 20000  # dates: generated training pairs
     num_val: int = 1000  # dates: validation pairs (and spa_eng: unique English sentences held out)
@@ -134,6 +135,10 @@ def validate(cfg):
     _check(not missing, f"{', '.join(missing)} must be set, e.g. {missing[0] if missing else ''}=VALUE")
     model, data, optim, trainer, decode = cfg.model, cfg.data, cfg.optim, cfg.trainer, cfg.decode
     _check(data.name in DATASETS, f"data.name must be one of {', '.join(DATASETS)}. Received: {data.name!r}")
+    _check(
+        not data.tokenized or data.name == "multi30k",
+        f"data.tokenized applies to data=multi30k only. Received: data.tokenized=true with data={data.name}",
+    )
     if data.name == "parallel":
         unset = [f"data.{split}.{side}" for split in ("train", "val") for side in ("source", "target")
                  if not data[split][side]]

@@ -126,6 +126,26 @@ def test_multi30k_downloads_through_file_url_and_then_reads_locally(tmp_path):
     assert again == corpus
 
 
+def test_multi30k_tokenized_reads_the_tok_copies(tmp_path):
+    upstream = tmp_path / "upstream" / "data" / "task1" / "tok"
+    for stem, size in {"train": 4, "val": 2, "test_2016_flickr": 3}.items():
+        for lang in ("en", "fr"):
+            write(upstream / f"{stem}.lc.norm.tok.{lang}", "".join(f"{lang} &apos; tok {i}\n" for i in range(size)))
+    corpus = load_multi30k(tmp_path / "data", "fr", "en", url=(tmp_path / "upstream").as_uri(), tokenized=True)
+    assert {k: len(v) for k, v in corpus.items()} == {"train": 4, "val": 2, "test": 3}
+    assert corpus["test"].source[1] == "fr &apos; tok 1" and corpus["test"].target[1] == "en &apos; tok 1"
+    assert corpus["train"].source_path == str(tmp_path / "data" / "multi30k" / "tok" / "train.lc.norm.tok.fr")
+    assert not list((tmp_path / "data" / "multi30k").glob("*.fr"))  # the raw files are neither needed nor fetched
+
+
+@needs_real_data
+def test_multi30k_tokenized_real_files_are_lowercased_and_aligned():
+    corpus = load_multi30k(DATA_DIR, "en", "de", download=False, tokenized=True)
+    assert {k: len(v) for k, v in corpus.items()} == {"train": 29000, "val": 1014, "test": 1000}
+    assert all(line == line.lower() for line in corpus["val"].target)
+    assert corpus["test"].target_path.endswith("tok/test_2016_flickr.lc.norm.tok.de")
+
+
 def test_multi30k_failed_download_names_the_url(tmp_path):
     url = fake_multi30k_upstream(tmp_path / "upstream", {"train": 5, "val": 3})  # no test_2016_flickr upstream
     missing = f"{url}/data/task1/raw/test_2016_flickr.en.gz"

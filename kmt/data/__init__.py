@@ -11,7 +11,10 @@ def load_corpus(data_cfg):
         splits = date_splits(data_cfg.num_train, data_cfg.num_val, data_cfg.num_test, data_cfg.seed)
         corpus = {name: ParallelText(list(source), list(target)) for name, (source, target) in splits.items()}
     elif data_cfg.name == "multi30k":
-        corpus = load_multi30k(data_cfg.dir, data_cfg.source_lang, data_cfg.target_lang, download=data_cfg.download)
+        corpus = load_multi30k(
+            data_cfg.dir, data_cfg.source_lang, data_cfg.target_lang, download=data_cfg.download,
+            tokenized=data_cfg.tokenized,
+        )
     elif data_cfg.name == "spa_eng":
         corpus = load_spa_eng(
             data_cfg.dir, seed=data_cfg.seed, val_size=data_cfg.num_val, test_size=data_cfg.num_test,

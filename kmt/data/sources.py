@@ -169,10 +169,13 @@ def load_multi30k(
     target_lang: str,
     download: bool = True,
     url: str = MULTI30K_URL,
+    tokenized: bool = False,
 ) -> dict[str, ParallelText]:
-    """Load Multi30k Task 1 (raw, cased text) from `<data_dir>/multi30k/`, downloading absent files.
+    """Load Multi30k Task 1 from `<data_dir>/multi30k/`, downloading absent files.
 
-    Files are `{train,val,test_2016_flickr}.{lang}`; upstream they are `<url>/data/task1/raw/<file>.gz`.
+    Raw, cased text: `{train,val,test_2016_flickr}.{lang}`, upstream `<url>/data/task1/raw/<file>.gz`. With
+    `tokenized`, the lowercased, punctuation-normalized, Moses-tokenized copies that published systems train and
+    score on: `tok/{stem}.lc.norm.tok.{lang}`, upstream `<url>/data/task1/tok/<file>` (not compressed).
 
     Args:
         data_dir: folder holding `multi30k/`.
@@ -180,6 +183,7 @@ def load_multi30k(
         target_lang: one of "en", "de", "fr", "cs", different from `source_lang`.
         download: fetch absent files from `url`. Defaults to `True`.
         url: root of the upstream repository (any `urllib` URL, `file://` included). Defaults to `MULTI30K_URL`.
+        tokenized: read the lowercased, tokenized copies in `tok/` instead of the raw text. Defaults to `False`.
 
     Returns:
         `{"train": 29000 pairs, "val": 1014 pairs, "test": 1000 pairs}` for the real corpus.
@@ -197,9 +201,14 @@ def load_multi30k(
     for split, stem in MULTI30K_SPLITS.items():
         paths = []
         for lang in (source_lang, target_lang):
-            path = folder / f"{stem}.{lang}"
-            file_url = f"{url.rstrip('/')}/data/task1/raw/{path.name}.gz"
-            _ensure(path, download, file_url, lambda data, path=path: {path: gzip.decompress(data)})
+            if tokenized:
+                path = folder / "tok" / f"{stem}.lc.norm.tok.{lang}"
+                file_url = f"{url.rstrip('/')}/data/task1/tok/{path.name}"
+                _ensure(path, download, file_url, lambda data, path=path: {path: data})
+            else:
+                path = folder / f"{stem}.{lang}"
+                file_url = f"{url.rstrip('/')}/data/task1/raw/{path.name}.gz"
+                _ensure(path, download, file_url, lambda data, path=path: {path: gzip.decompress(data)})
             paths.append(path)
         corpus[split] = read_parallel(*paths)
     return corpus
