@@ -40,7 +40,7 @@ def floats(text):
 
 def tokenized_references(cfg, split):
     """Multi30k's lowercased tokenized references for `split`, or None for other corpora."""
-    if cfg.data.name != "multi30k":
+    if cfg.data.name != "multi30k" or cfg.data.get("tokenized"):  # a tok/ run's references are these already
         return None
     stem = {"val": "val", "test": "test_2016_flickr"}[split]
     path = Path(cfg.data.dir) / "multi30k" / "tok" / f"{stem}.lc.norm.tok.{cfg.data.target_lang}"
@@ -79,7 +79,7 @@ def main(argv=None):
             started = time.perf_counter()
             hypotheses, _ = translate_lines(batch_fn(translator.translate), sources)
             seconds = time.perf_counter() - started
-            scores = translation_scores(hypotheses, references)
+            scores = translation_scores(hypotheses, references, tokenized=bool(cfg.data.get("tokenized")))
             row = {"beam": beam_size, "alpha": alpha, "bleu": round(scores["bleu"], 2),
                    "chrf": round(scores["chrf"], 2), "length_ratio": round(scores["length_ratio"], 3),
                    "seconds": round(seconds, 1)}
@@ -89,7 +89,8 @@ def main(argv=None):
             rows.append(row)
             print(f"beam {beam_size} alpha {alpha}: " + ", ".join(f"{k} {v}" for k, v in row.items()), flush=True)
 
-    columns = [("beam", "beam"), ("alpha", "length penalty"), ("bleu", f"{args.split} sacreBLEU"),
+    bleu_name = "tok. BLEU (tok/ text)" if cfg.data.get("tokenized") else "sacreBLEU"
+    columns = [("beam", "beam"), ("alpha", "length penalty"), ("bleu", f"{args.split} {bleu_name}"),
                ("chrf", "chrF"), ("tokenized_bleu", "tok. BLEU"), ("length_ratio", "hyp/ref length"),
                ("seconds", "decode s")]
     if tokenized is None:

@@ -14,10 +14,14 @@ Two BLEU conventions (see `$KMT_DATA_DIR/multi30k/README.md`):
 from sacrebleu.metrics import BLEU, CHRF
 
 
-def sacre_scores(hypotheses, references):
+def sacre_scores(hypotheses, references, tokenized=False):
     """sacreBLEU BLEU and chrF of `hypotheses` against one reference each, with their signatures, and BLEU's
-    hypothesis / reference length ratio (13a tokens)."""
-    bleu, chrf = BLEU(), CHRF()
+    hypothesis / reference length ratio (13a tokens).
+
+    With `tokenized`, both sides are already Moses-tokenized (a model trained on Multi30k's `tok/` copies,
+    `data.tokenized=true`): BLEU splits on spaces only (`tok:none`), the published Multi30k convention.
+    """
+    bleu, chrf = BLEU(tokenize="none", force=True) if tokenized else BLEU(), CHRF()
     bleu_score = bleu.corpus_score(hypotheses, [references])
     chrf_score = chrf.corpus_score(hypotheses, [references])
     return {
@@ -51,6 +55,7 @@ def exact_match(hypotheses, references):
     return sum(h.strip() == r.strip() for h, r in zip(hypotheses, references)) / len(references)
 
 
-def translation_scores(hypotheses, references):
-    """Every raw-text score kmt reports: BLEU, chrF (with signatures) and exact match."""
-    return sacre_scores(hypotheses, references) | {"exact_match": exact_match(hypotheses, references)}
+def translation_scores(hypotheses, references, tokenized=False):
+    """Every score kmt reports on its output: BLEU, chrF (with signatures) and exact match; `tokenized` as in
+    `sacre_scores`."""
+    return sacre_scores(hypotheses, references, tokenized) | {"exact_match": exact_match(hypotheses, references)}

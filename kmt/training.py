@@ -141,7 +141,9 @@ def _train(cfg, run_dir):
     metrics["train"]["averaged_checkpoints"] = max(1, min(cfg.trainer.average_last, len(epoch_checkpoints(run_dir))))
     for name in ("val", "test"):
         if name in splits:
-            metrics[name] = evaluate_split(model, translator, splits[name], corpus[name], batching, cfg.decode)
+            metrics[name] = evaluate_split(
+                model, translator, splits[name], corpus[name], batching, cfg.decode, tokenized=cfg.data.tokenized
+            )
             logger.info("%s: %s", name, _summary(metrics[name]))
     if cfg.trainer.export:
         metrics["export"] = {"path": "export", "bytes": export_translator(translator, run_dir / "export")}
@@ -181,13 +183,13 @@ def train_stats(split, stats, wall_seconds, steps_per_epoch, model):
     }
 
 
-def evaluate_split(model, translator, split, text, batching, decode_cfg):
+def evaluate_split(model, translator, split, text, batching, decode_cfg, tokenized=False):
     """Loss and token accuracy on the kept pairs; BLEU, chrF and exact match of decoded translations of every
-    source sentence against its reference."""
+    source sentence against its reference (BLEU without further tokenization when the text is `tokenized`)."""
     scores = model.evaluate(make_dataset(split, **batching), verbose=0, return_dict=True)
     translations, _ = translate_lines(batch_fn(translator.translate), text.source, decode_cfg.batch_size)
     return {"loss": scores["loss"], "accuracy": scores["accuracy"], "pairs": len(text)} | translation_scores(
-        translations, text.target
+        translations, text.target, tokenized
     )
 
 

@@ -129,3 +129,15 @@ def test_smoke_run_on_a_slice_of_a_real_corpus(tmp_path, data):
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert 0 < metrics["val"]["pairs"] <= 300 and 0 < metrics["test"]["pairs"] <= 300  # data.limit=300 (smoke)
     assert 0 <= metrics["test"]["bleu"] <= 100
+
+
+@pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
+def test_smoke_run_on_multi30k_tok_copies_scores_without_retokenizing(tmp_path):
+    cfg = compose_config("experiment=multi30k_en_de", "data.tokenized=true", "data.download=false",
+                         "trainer.export=false")
+    train(cfg, tmp_path)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert "tok:none" in metrics["val"]["bleu_signature"] and "tok:none" in metrics["test"]["bleu_signature"]
+    pieces = [line.split("\t")[0] for line in (tmp_path / "tokenizer" / "joint.vocab").read_text().splitlines()]
+    cased = [piece for piece in pieces if piece != piece.lower() and not piece.startswith("<")]  # <0x0A>: bytes
+    assert not cased  # the subwords were learned from the lowercased tok/ text

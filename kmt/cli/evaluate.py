@@ -31,6 +31,9 @@ def parse_args(argv=None):
     parser.add_argument("--reference", required=True, help="reference translations, line-aligned with --source")
     parser.add_argument("--tokenized-reference", help="lowercased Moses-tokenized references (Multi30k tok/)")
     parser.add_argument("--lang", help="target language for Moses tokenization (default: the reference's suffix)")
+    parser.add_argument("--tokenized", action="store_true",
+                        help="source, references and output are lowercased Moses-tokenized text (a model trained "
+                             "with data.tokenized=true): BLEU splits on spaces only, the published Multi30k way")
     parser.add_argument("--hypotheses", help="also write the translations to this file")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default: 64)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
@@ -52,7 +55,7 @@ def main(argv=None):
     hypotheses, _ = translate_lines(batch_fn(translate), test.source, args.batch_size, progress=args.verbose)
     if args.hypotheses:
         Path(args.hypotheses).write_text("".join(h.replace("\n", " ") + "\n" for h in hypotheses), encoding="utf-8")
-    scores = translation_scores(hypotheses, test.target) | {"sentences": len(test)}
+    scores = translation_scores(hypotheses, test.target, args.tokenized) | {"sentences": len(test)}
     if tokenized is not None:
         lang = args.lang or Path(args.reference).suffix.lstrip(".") or "en"
         scores |= tokenized_bleu(hypotheses, tokenized, lang)

@@ -13,7 +13,7 @@ def load_corpus(data_cfg):
     elif data_cfg.name == "multi30k":
         corpus = load_multi30k(
             data_cfg.dir, data_cfg.source_lang, data_cfg.target_lang, download=data_cfg.download,
-            tokenized=data_cfg.tokenized,
+            tokenized=data_cfg.get("tokenized", False),  # runs from before the option lack the key
         )
     elif data_cfg.name == "spa_eng":
         corpus = load_spa_eng(
