@@ -39,11 +39,13 @@ def floats(text):
 
 
 def tokenized_references(cfg, split):
-    """Multi30k's lowercased tokenized references for `split`, or None for other corpora."""
-    if cfg.data.name != "multi30k" or cfg.data.get("tokenized"):  # a tok/ run's references are these already
+    """Multi30k's lowercased tokenized references for `split`, or None for other corpora and for runs trained on
+    them (`data.tokenized`), whose own references are these already."""
+    from kmt.data.sources import multi30k_file
+
+    if cfg.data.name != "multi30k" or cfg.data.get("tokenized"):
         return None
-    stem = {"val": "val", "test": "test_2016_flickr"}[split]
-    path = Path(cfg.data.dir) / "multi30k" / "tok" / f"{stem}.lc.norm.tok.{cfg.data.target_lang}"
+    path = multi30k_file(cfg.data.dir, split, cfg.data.target_lang, tokenized=True)
     return path.read_text(encoding="utf-8").splitlines() if path.is_file() else None
 
 
@@ -66,6 +68,7 @@ def main(argv=None):
     pairs = load_corpus(cfg.data)[args.split]
     sources, references = list(pairs.source), list(pairs.target)
     tokenized = tokenized_references(cfg, args.split)
+    tokenized_data = bool(cfg.data.get("tokenized"))  # runs from before the option lack the key
     if args.sentences:
         sources, references = sources[: args.sentences], references[: args.sentences]
         tokenized = tokenized[: args.sentences] if tokenized else None
@@ -79,7 +82,7 @@ def main(argv=None):
             started = time.perf_counter()
             hypotheses, _ = translate_lines(batch_fn(translator.translate), sources)
             seconds = time.perf_counter() - started
-            scores = translation_scores(hypotheses, references, tokenized=bool(cfg.data.get("tokenized")))
+            scores = translation_scores(hypotheses, references, tokenized=tokenized_data)
             row = {"beam": beam_size, "alpha": alpha, "bleu": round(scores["bleu"], 2),
                    "chrf": round(scores["chrf"], 2), "length_ratio": round(scores["length_ratio"], 3),
                    "seconds": round(seconds, 1)}
@@ -89,7 +92,7 @@ def main(argv=None):
             rows.append(row)
             print(f"beam {beam_size} alpha {alpha}: " + ", ".join(f"{k} {v}" for k, v in row.items()), flush=True)
 
-    bleu_name = "tok. BLEU (tok/ text)" if cfg.data.get("tokenized") else "sacreBLEU"
+    bleu_name = "tok. BLEU (tok/ text)" if tokenized_data else "sacreBLEU"
     columns = [("beam", "beam"), ("alpha", "length penalty"), ("bleu", f"{args.split} {bleu_name}"),
                ("chrf", "chrF"), ("tokenized_bleu", "tok. BLEU"), ("length_ratio", "hyp/ref length"),
                ("seconds", "decode s")]

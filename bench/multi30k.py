@@ -43,18 +43,21 @@ def main():
                     f"hydra.run.dir={run_dir}", *overrides], check=True)
     total_seconds = time.perf_counter() - started
     hypotheses = run_dir / f"test_2016_flickr.hyp.{target}"
-    tokenized_reference = data / "tok" / f"test_2016_flickr.lc.norm.tok.{target}"
-    test_source = tokenized_reference.with_suffix(f".{source}") if tok_data else data / f"test_2016_flickr.{source}"
+    raw, tok = data / "test_2016_flickr", data / "tok" / "test_2016_flickr.lc.norm.tok"
+    if tok_data:  # the output is in the references' form already: BLEU splits on spaces only
+        texts = ["--source", f"{tok}.{source}", "--reference", f"{tok}.{target}", "--tokenized"]
+    else:
+        texts = ["--source", f"{raw}.{source}", "--reference", f"{raw}.{target}",
+                 "--tokenized-reference", f"{tok}.{target}", "--lang", target]
     evaluation = subprocess.run(
-        [sys.executable, "-m", "kmt.cli.evaluate", str(run_dir / "export"),
-         "--source", str(test_source), "--reference", str(data / f"test_2016_flickr.{target}"),
-         "--tokenized-reference", str(tokenized_reference), "--lang", target,
+        [sys.executable, "-m", "kmt.cli.evaluate", str(run_dir / "export"), *texts,
          "--hypotheses", str(hypotheses), "--json"],
         check=True, capture_output=True, text=True,
     )
     scores = json.loads(evaluation.stdout.strip().splitlines()[-1])
     if tok_data:
-        scores = tokenized_output_scores(hypotheses, tokenized_reference, data / f"test_2016_flickr.{target}", target)
+        lowercased = lowercased_detokenized_scores(hypotheses, f"{raw}.{target}", target)
+        scores = {"tokenized_bleu": scores["bleu"]} | lowercased
     metrics = json.loads((run_dir / "metrics.json").read_text())
     row = {
         "direction": direction.replace("_", "->"),
@@ -84,26 +87,20 @@ def main():
     print(json.dumps(row))
 
 
-def tokenized_output_scores(hypotheses_path, tokenized_reference_path, raw_reference_path, lang):
-    """Scores for output that is already lowercased and Moses-tokenized (a model trained on tok/).
-
-    BLEU against the tok/ references as is; sacreBLEU (13a) and chrF on the Moses-detokenized output against
-    the raw references, both sides lowercased.
-    """
+def lowercased_detokenized_scores(hypotheses_path, raw_reference_path, lang):
+    """sacreBLEU (13a) and chrF of lowercased, Moses-tokenized output (a model trained on tok/), Moses-detokenized,
+    against the raw references, both sides lowercased: the nearest to sacreBLEU such output allows."""
     from sacrebleu.metrics import BLEU, CHRF
     from sacremoses import MosesDetokenizer
 
-    hypotheses = hypotheses_path.read_text(encoding="utf-8").splitlines()
-    tokenized_references = tokenized_reference_path.read_text(encoding="utf-8").splitlines()
-    raw_references = raw_reference_path.read_text(encoding="utf-8").splitlines()
     detokenizer = MosesDetokenizer(lang=lang)
-    detokenized = [detokenizer.detokenize(line.split()) for line in hypotheses]  # unescapes &apos; and the like
-    tokenized = BLEU(tokenize="none", force=True)
+    detokenized = [detokenizer.detokenize(line.split())  # unescapes &apos; and the like
+                   for line in Path(hypotheses_path).read_text(encoding="utf-8").splitlines()]
+    references = Path(raw_reference_path).read_text(encoding="utf-8").splitlines()
     bleu, chrf = BLEU(lowercase=True), CHRF(lowercase=True)
     return {
-        "tokenized_bleu": tokenized.corpus_score(hypotheses, [tokenized_references]).score,
-        "bleu": bleu.corpus_score(detokenized, [raw_references]).score,
-        "chrf": chrf.corpus_score(detokenized, [raw_references]).score,
+        "bleu": bleu.corpus_score(detokenized, [references]).score,
+        "chrf": chrf.corpus_score(detokenized, [references]).score,
         "bleu_signature": str(bleu.get_signature()),
     }
 

@@ -19,7 +19,8 @@ def sacre_scores(hypotheses, references, tokenized=False):
     hypothesis / reference length ratio (13a tokens).
 
     With `tokenized`, both sides are already Moses-tokenized (a model trained on Multi30k's `tok/` copies,
-    `data.tokenized=true`): BLEU splits on spaces only (`tok:none`), the published Multi30k convention.
+    `data.tokenized=true`): BLEU, and so the length ratio, splits on spaces only (`tok:none`), the published
+    Multi30k convention.
     """
     bleu, chrf = BLEU(tokenize="none", force=True) if tokenized else BLEU(), CHRF()
     bleu_score = bleu.corpus_score(hypotheses, [references])

@@ -29,9 +29,10 @@ def parse_args(argv=None):
     parser.add_argument("export_dir", help="a SavedModel written by kmt-train or kmt-export")
     parser.add_argument("--source", required=True, help="source sentences, one per line")
     parser.add_argument("--reference", required=True, help="reference translations, line-aligned with --source")
-    parser.add_argument("--tokenized-reference", help="lowercased Moses-tokenized references (Multi30k tok/)")
+    tokenization = parser.add_mutually_exclusive_group()
+    tokenization.add_argument("--tokenized-reference", help="lowercased Moses-tokenized references (Multi30k tok/)")
     parser.add_argument("--lang", help="target language for Moses tokenization (default: the reference's suffix)")
-    parser.add_argument("--tokenized", action="store_true",
+    tokenization.add_argument("--tokenized", action="store_true",
                         help="source, references and output are lowercased Moses-tokenized text (a model trained "
                              "with data.tokenized=true): BLEU splits on spaces only, the published Multi30k way")
     parser.add_argument("--hypotheses", help="also write the translations to this file")

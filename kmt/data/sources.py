@@ -163,6 +163,14 @@ def _ensure(path: Path, download: bool, url: str, unpack: Callable[[bytes], dict
     _download(url, path, unpack)
 
 
+def multi30k_file(data_dir: str | os.PathLike, split: str, lang: str, tokenized: bool = False) -> Path:
+    """Where Multi30k's `split` ("train", "val" or "test") in `lang` lives under `<data_dir>/multi30k/`: the raw
+    `{stem}.{lang}`, or with `tokenized` the lowercased, Moses-tokenized `tok/{stem}.lc.norm.tok.{lang}`."""
+    stem = MULTI30K_SPLITS[split]
+    folder = Path(data_dir) / "multi30k"
+    return folder / "tok" / f"{stem}.lc.norm.tok.{lang}" if tokenized else folder / f"{stem}.{lang}"
+
+
 def load_multi30k(
     data_dir: str | os.PathLike,
     source_lang: str,
@@ -196,17 +204,15 @@ def load_multi30k(
             f"source_lang and target_lang must differ. Received: source_lang={source_lang!r}, "
             f"target_lang={target_lang!r}"
         )
-    folder = Path(data_dir) / "multi30k"
     corpus = {}
-    for split, stem in MULTI30K_SPLITS.items():
+    for split in MULTI30K_SPLITS:
         paths = []
         for lang in (source_lang, target_lang):
-            if tokenized:
-                path = folder / "tok" / f"{stem}.lc.norm.tok.{lang}"
+            path = multi30k_file(data_dir, split, lang, tokenized)
+            if tokenized:  # upstream keeps tok/ uncompressed
                 file_url = f"{url.rstrip('/')}/data/task1/tok/{path.name}"
                 _ensure(path, download, file_url, lambda data, path=path: {path: data})
             else:
-                path = folder / f"{stem}.{lang}"
                 file_url = f"{url.rstrip('/')}/data/task1/raw/{path.name}.gz"
                 _ensure(path, download, file_url, lambda data, path=path: {path: gzip.decompress(data)})
             paths.append(path)
