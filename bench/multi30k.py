@@ -14,6 +14,7 @@ is then already in the references' form and is scored as is (tokenized BLEU, no 
 are computed on the Moses-detokenized output against the raw references, both lowercased (case is not modelled).
 """
 
+import argparse
 import datetime
 import json
 import os
@@ -27,12 +28,19 @@ from common import hardware
 ANCHORS = {"en_de": "fairseq Transformer 4+4, d=128, avg 10, beam 5: 41.02", "de_en": "Transformer 3+3, d=256, greedy: 36.52"}
 
 
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("direction", nargs="?", choices=ANCHORS, default="en_de",
+                        help="which recipe: conf/experiment/multi30k_<direction>.yaml (default: en_de)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides passed to kmt-train, e.g. trainer.epochs=20")
+    parser.add_argument("--tok-data", action="store_true",
+                        help="train, validate and test on the lowercased, tokenized tok/ copies (data.tokenized=true)")
+    return parser.parse_intermixed_args(argv)
+
+
 def main():
-    direction = sys.argv[1] if len(sys.argv) > 1 else "en_de"
-    if direction not in ANCHORS:
-        sys.exit(f"error: direction must be en_de or de_en. Received: {direction}")
-    tok_data = "--tok-data" in sys.argv[2:]
-    user_overrides = [arg for arg in sys.argv[2:] if arg != "--tok-data"]
+    args = parse_args()
+    direction, tok_data, user_overrides = args.direction, args.tok_data, args.overrides
     source, target = direction.split("_")
     data = Path(os.environ.get("KMT_DATA_DIR", "data")) / "multi30k"
     stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
@@ -72,7 +80,8 @@ def main():
         "tokens_per_second": round(metrics["train"]["tokens_per_second"]),
         "hardware": hardware(),
         "run_dir": str(run_dir),
-        "command": " ".join(["python bench/multi30k.py", direction, *sys.argv[2:]]),
+        "command": " ".join(["python bench/multi30k.py", direction, *(["--tok-data"] if tok_data else []),
+                             *user_overrides]),
         "anchor": ANCHORS[direction],
         "bleu_signature": scores["bleu_signature"],
         "data": "tok/ (lowercased, tokenized); sacreBLEU and chrF lowercased" if tok_data else "raw, cased",

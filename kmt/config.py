@@ -46,6 +46,7 @@ class DataConfig:
     limit: Optional[int] = None  # use only the first `limit` pairs of each split (smoke tests, quick looks)
     max_tokens: int = 4096  # tokens per batch, bucketed by length; 0 to batch by batch_size
     batch_size: int = 64  # sentences per batch when max_tokens is 0
+    bucket_width: int = 0  # length buckets every N tokens (1: one per length, least padding); 0: fixed edges
     pad_to_bucket: bool = False  # pad batches to their bucket's width: fixed shapes, for trainer.jit_compile
     train: SplitFiles = field(default_factory=SplitFiles)  # data=parallel
     val: SplitFiles = field(default_factory=SplitFiles)
@@ -169,6 +170,7 @@ def validate(cfg):
     )
     _check(trainer.max_minutes >= 0, f"trainer.max_minutes must be >= 0. Received: {trainer.max_minutes}")
     _check(data.max_tokens >= 0, f"data.max_tokens must be >= 0. Received: {data.max_tokens}")
+    _check(data.bucket_width >= 0, f"data.bucket_width must be >= 0. Received: {data.bucket_width}")
     _check(data.max_tokens or data.batch_size > 0, f"data.batch_size must be positive. Received: {data.batch_size}")
     _check(
         data.max_tokens == 0 or data.max_tokens >= model.max_length,

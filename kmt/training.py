@@ -89,8 +89,9 @@ def _train(cfg, run_dir):
     if not len(splits["train"]):
         raise KmtError(f"no training pairs left after filtering empty and over-long pairs ({splits['train'].dropped})")
     batching = dict(max_length=max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size,
-                    pad_to_bucket=cfg.data.pad_to_bucket)
-    steps_per_epoch = count_batches(splits["train"], max_length, cfg.data.max_tokens, cfg.data.batch_size)
+                    bucket_width=cfg.data.bucket_width, pad_to_bucket=cfg.data.pad_to_bucket)
+    steps_per_epoch = count_batches(splits["train"], max_length, cfg.data.max_tokens, cfg.data.batch_size,
+                                    cfg.data.bucket_width, repeated=True)
     train_data = make_dataset(splits["train"], **batching, shuffle=True, seed=cfg.seed, repeat=True)
     val_data = make_dataset(splits["val"], **batching)
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from kmt.data.pipeline import count_batches, encode_split, make_dataset
+from kmt.data.pipeline import bucket_edges, count_batches, encode_split, make_dataset
 from kmt.data.sources import ParallelText
 from kmt.tokenizer import END_ID, START_ID, Vocabularies
 
@@ -34,11 +34,14 @@ def test_decoder_input_is_shifted_right_behind_a_start_token(split):
         np.testing.assert_array_equal(row_in[1:length], row_out[: length - 1])
 
 
+@pytest.mark.parametrize("bucket_width", [0, 1, 3])
 @pytest.mark.parametrize("max_tokens, batch_size", [(40, 0), (0, 7)])
-def test_batches_respect_the_budget_and_the_count_is_exact(split, max_tokens, batch_size):
-    dataset = make_dataset(split, max_length=16, max_tokens=max_tokens, batch_size=batch_size or 64)
+def test_batches_respect_the_budget_and_the_count_is_exact(split, max_tokens, batch_size, bucket_width):
+    dataset = make_dataset(split, max_length=16, max_tokens=max_tokens, batch_size=batch_size or 64,
+                           bucket_width=bucket_width)
     batches = list(dataset)
-    assert len(batches) == count_batches(split, 16, max_tokens, batch_size or 64) == dataset.cardinality()
+    count = count_batches(split, 16, max_tokens, batch_size or 64, bucket_width)
+    assert len(batches) == count == dataset.cardinality()
     assert sum(int(f["source"].shape[0]) for f, _ in batches) == len(split)
     for features, target_out in batches:
         rows, width = features["source"].shape[0], max(features["source"].shape[1], target_out.shape[1])
@@ -68,3 +71,40 @@ def test_padding_to_the_bucket_gives_one_shape_per_bucket_within_the_budget(voca
     assert strip(loose) == strip(fixed)
     shapes = lambda batches: {(tuple(f["source"].shape), tuple(t.shape)) for f, t in batches}  # noqa: E731
     assert len(shapes(fixed)) < len(shapes(loose))
+
+
+def test_bucket_edges_step_by_the_width_and_end_past_the_longest_sequence():
+    assert bucket_edges(16) == [8, 12, 16, 17]
+    assert bucket_edges(16, bucket_width=1) == list(range(2, 18))
+    assert bucket_edges(16, bucket_width=4) == [5, 9, 13, 17]
+    assert bucket_edges(16, bucket_width=40) == [17]
+
+
+def test_buckets_one_token_wide_batch_only_pairs_of_one_length(vocabularies):
+    rng = np.random.default_rng(1)
+    words = lambda letters: " ".join(rng.choice(list(letters), size=rng.integers(1, 8)))  # noqa: E731
+    varied = encode_split("train", ParallelText([words("abcdefg") for _ in range(80)],
+                                                [words("xyzw") for _ in range(80)]), vocabularies, max_length=16)
+    lengths = lambda batch: {max(int((s != 0).sum()), int((t != 0).sum()))  # noqa: E731  (target_out = target_in)
+                             for s, t in zip(batch[0]["source"].numpy(), batch[1].numpy())}
+    exact = list(make_dataset(varied, max_length=16, max_tokens=40, bucket_width=1))
+    assert all(len(lengths(batch)) == 1 for batch in exact)
+    assert sum(len(batch[1]) for batch in exact) == len(varied)
+    coarse = list(make_dataset(varied, max_length=16, max_tokens=40))
+    assert any(len(lengths(batch)) > 1 for batch in coarse)  # so the check above can fail
+    padding = lambda batches: sum(int((t.numpy() == 0).sum()) for _, t in batches)  # noqa: E731
+    assert padding(exact) < padding(coarse)
+
+
+def test_an_epoch_of_a_repeated_stream_is_one_pass_over_the_pairs(vocabularies):
+    rng = np.random.default_rng(2)
+    words = lambda letters: " ".join(rng.choice(list(letters), size=rng.integers(1, 8)))  # noqa: E731
+    varied = encode_split("train", ParallelText([words("abcdefg") for _ in range(80)],
+                                                [words("xyzw") for _ in range(80)]), vocabularies, max_length=16)
+    single = count_batches(varied, 16, max_tokens=40, bucket_width=1)
+    steps = count_batches(varied, 16, max_tokens=40, bucket_width=1, repeated=True)
+    assert steps < single  # a single pass ends each bucket with a partial batch; a repeated stream does not
+    epochs = 20
+    stream = make_dataset(varied, 16, max_tokens=40, bucket_width=1, shuffle=True, seed=0, repeat=True)
+    drawn = sum(int(target.shape[0]) for _, target in stream.take(epochs * steps))
+    assert abs(drawn / (epochs * len(varied)) - 1) < 0.05

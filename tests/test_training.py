@@ -79,6 +79,7 @@ def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
         ("model.dropout=-0.1", "model.dropout must be in [0, 1)"),
         ("trainer.precision=float64", "trainer.precision must be one of"),
         ("data.name=wmt", "data.name must be one of"),
+        ("data.bucket_width=-2", "data.bucket_width must be >= 0. Received: -2"),
         ("data.tokenized=true", "data.tokenized applies to data=multi30k only. Received: data.tokenized=true with "
                                 "data=dates"),
     ],

@@ -17,7 +17,8 @@ from kmt.tokenizer import END_ID, START_ID
 
 logger = logging.getLogger(__name__)
 
-# Upper edges of the length buckets. Lengths cluster at the short end in translation corpora, hence finer steps.
+# Upper edges of the length buckets when `bucket_width` is 0. Lengths cluster at the short end in translation
+# corpora, hence finer steps there.
 BUCKET_EDGES = (8, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 384, 512, 768, 1024)
 
 
@@ -83,8 +84,19 @@ def _to_example(source, target):
     return features, tf.concat([target, end], axis=0)  # (T,)
 
 
-def _bucket_sizes(max_length, max_tokens, batch_size):
-    edges = [edge for edge in BUCKET_EDGES if edge <= max_length] + [max_length + 1]
+def bucket_edges(max_length, bucket_width=0):
+    """Exclusive upper edges of the length buckets: every `bucket_width` tokens (OpenNMT-tf's
+    `length_bucket_width`; 1 puts each length in a bucket of its own), or the fixed `BUCKET_EDGES` when it is 0.
+    The last edge is always `max_length + 1`."""
+    if bucket_width:
+        edges = range(bucket_width + 1, max_length + 1, bucket_width)
+    else:
+        edges = [edge for edge in BUCKET_EDGES if edge <= max_length]
+    return [*edges, max_length + 1]
+
+
+def _bucket_sizes(max_length, max_tokens, batch_size, bucket_width=0):
+    edges = bucket_edges(max_length, bucket_width)
     if max_tokens:
         sizes = [max(1, max_tokens // edge) for edge in edges]
     else:
@@ -93,7 +105,7 @@ def _bucket_sizes(max_length, max_tokens, batch_size):
 
 
 def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, seed=None, repeat=False,
-                 pad_to_bucket=False):
+                 pad_to_bucket=False, bucket_width=0):
     """A tf.data pipeline of padded, length-bucketed batches over an `EncodedSplit`.
 
     Args:
@@ -107,6 +119,8 @@ def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, 
         pad_to_bucket: bool. Pad every batch to its bucket's width (upper edge - 1) rather than to its longest
             sequence, so batches come in a few fixed shapes: an XLA-compiled step (`trainer.jit_compile`)
             then compiles once per bucket instead of once per new shape. Defaults to `False`.
+        bucket_width: int. Width of the length buckets in tokens (see `bucket_edges`); narrower buckets waste less
+            compute on padding. 0 for the fixed `BUCKET_EDGES`. Defaults to `0`.
 
     Returns a `tf.data.Dataset` of `({"source": (B, S), "target_in": (B, T)}, target_out (B, T))` int32.
     """
@@ -116,7 +130,7 @@ def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, 
     if repeat:
         dataset = dataset.repeat()
     dataset = dataset.map(_to_example, num_parallel_calls=tf.data.AUTOTUNE)
-    edges, sizes = _bucket_sizes(max_length, max_tokens, batch_size)
+    edges, sizes = _bucket_sizes(max_length, max_tokens, batch_size, bucket_width)
     dataset = dataset.bucket_by_sequence_length(
         element_length_func=lambda features, _: tf.maximum(
             tf.shape(features["source"])[0], tf.shape(features["target_in"])[0]
@@ -127,16 +141,26 @@ def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, 
         pad_to_bucket_boundary=pad_to_bucket,
     )
     if not repeat:  # a known length gives Keras its progress bar and spares it a StopIteration warning
-        dataset = dataset.apply(tf.data.experimental.assert_cardinality(count_batches(split, max_length, max_tokens,
-                                                                                      batch_size)))
+        batches = count_batches(split, max_length, max_tokens, batch_size, bucket_width)
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
     if shuffle:
         dataset = dataset.shuffle(256, seed=seed, reshuffle_each_iteration=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def count_batches(split, max_length, max_tokens=0, batch_size=64):
-    """Batches in one pass over `split` (used as `steps_per_epoch`, so an epoch is a fixed number of steps)."""
-    edges, sizes = _bucket_sizes(max_length, max_tokens, batch_size)
+def count_batches(split, max_length, max_tokens=0, batch_size=64, bucket_width=0, repeated=False):
+    """Batches in one pass over `split`.
+
+    A single pass (`make_dataset(repeat=False)`) ends each bucket with a partial batch, so it yields the sum over
+    buckets of ceil(sentences / batch size). A repeated stream (`repeat=True`, what `model.fit` trains on) carries
+    each bucket's leftover sentences into the next pass instead, so with `repeated=True` this is the sum of the
+    unrounded quotients, rounded: `steps_per_epoch` for an epoch of one pass over the data, however many buckets
+    there are.
+    """
+    edges, sizes = _bucket_sizes(max_length, max_tokens, batch_size, bucket_width)
     lengths = np.maximum(split.source.row_lengths().numpy(), split.target.row_lengths().numpy() + 1)
-    bucket = np.searchsorted(edges, lengths, side="right")
-    return int(sum(-(-np.sum(bucket == b) // sizes[b]) for b in range(len(sizes))))
+    counts = np.bincount(np.searchsorted(edges, lengths, side="right"), minlength=len(sizes))
+    sizes = np.asarray(sizes)
+    if repeated:
+        return max(1, round(float(np.sum(counts / sizes))))
+    return int(np.sum(-(-counts // sizes)))

@@ -1,0 +1,144 @@
+"""Length bucketing on a real corpus: how much of each batch is padding, and what the padding costs in training speed,
+for several `data.bucket_width` values side by side in one process.
+
+    python bench/batching.py                                   # Multi30k En->De recipe; widths 0 (fixed edges), 1, 2, 4
+    python bench/batching.py --widths 0,1 --steps 60 experiment=multi30k_de_en
+
+The experiment's config is composed as kmt-train composes it (trailing arguments are Hydra overrides); its vocabulary
+is trained on the training split as kmt-train trains it. For each width:
+
+- one pass over the training split, batched as kmt-train batches it: batches, sentences per batch, and fill (real
+  tokens over padded positions, source and target);
+- training speed: the experiment's model (its size, dropout and precision, compiled as kmt-train compiles it) takes
+  the first `--steps` batches of the seeded, shuffled, repeated stream that `model.fit` sees (no end-of-epoch
+  partial batches), cached so the input pipeline is not timed. One untimed round traces every width; then each of
+  `--repeats` rounds times each width once, rotating the order. Figures are medians over rounds: milliseconds per
+  step, real target tokens per second, and the epoch that rate implies (the split's target tokens over it).
+
+Ratios are each width's tokens/s over width 0's (the fixed edges, kmt's default) and its projected epoch time over
+width 0's. Nothing is asserted.
+"""
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from common import median, print_json, print_table  # noqa: E402
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--widths", default="0,1,2,4",
+                        help="comma-separated data.bucket_width values; 0 is kmt's fixed edges (default: 0,1,2,4)")
+    parser.add_argument("--steps", type=int, default=40, help="training steps timed per width and round (default: 40)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds (default: 3)")
+    parser.add_argument("--experiment", default="multi30k_en_de",
+                        help="conf/experiment/ to compose (default: multi30k_en_de)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for kmt-train (e.g. data.max_tokens=2048)")
+    args = parser.parse_args(argv)
+    try:
+        args.widths = [int(width) for width in args.widths.split(",") if width.strip()]
+    except ValueError:
+        parser.error(f"--widths must be comma-separated integers. Received: {args.widths}")
+    if not args.widths or min(args.widths) < 0:
+        parser.error(f"--widths must be integers >= 0. Received: {args.widths}")
+    for name in ("steps", "repeats"):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name} must be positive. Received: {getattr(args, name)}")
+    return args
+
+
+def fill(dataset):
+    """Batches, sentences, and real tokens over padded positions on each side, over one pass of `dataset`."""
+    batches = sentences = 0
+    real, padded = np.zeros(2), np.zeros(2)
+    for features, target_out in dataset:
+        source, target = features["source"].numpy(), target_out.numpy()
+        batches += 1
+        sentences += len(source)
+        real += [(source != 0).sum(), (target != 0).sum()]
+        padded += [source.size, target.size]
+    return batches, sentences, real / padded
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from kmt import config as config_lib
+    from kmt.build import build_model, compile_model
+    from kmt.data import load_corpus
+    from kmt.data.pipeline import bucket_edges, encode_split, make_dataset
+    from kmt.tokenizer import Vocabularies
+
+    config_lib.register_configs()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", overrides=[f"experiment={args.experiment}", *args.overrides])
+    config_lib.validate(cfg)
+    keras.utils.set_random_seed(cfg.seed)  # before the tokenizer: TF's seed reset drops SentencePiece resources
+    corpus = load_corpus(cfg.data)
+    vocabularies = Vocabularies.train(corpus["train"].source, corpus["train"].target,
+                                      joint=cfg.model.shared_embeddings,
+                                      **OmegaConf.to_container(cfg.data.tokenizer))
+    max_length = cfg.model.max_length
+    train = encode_split("train", corpus["train"], vocabularies, max_length)
+    batching = dict(max_length=max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size)
+
+    keras.config.set_dtype_policy(cfg.trainer.precision)
+    model = compile_model(build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size), cfg)
+    rows, streams = [], {}
+    for width in args.widths:
+        batches, sentences, (source_fill, target_fill) = fill(make_dataset(train, **batching, bucket_width=width))
+        stream = make_dataset(train, **batching, bucket_width=width, shuffle=True, seed=cfg.seed, repeat=True)
+        stream = stream.take(args.steps).cache()
+        tokens = sum(int((target_out.numpy() != 0).sum()) for _, target_out in stream)  # fills the cache
+        streams[width] = (stream, tokens)
+        rows.append({"bucket_width": width, "buckets": len(bucket_edges(max_length, width)), "batches": batches,
+                     "sentences_per_batch": sentences / batches, "source_fill": source_fill,
+                     "target_fill": target_fill, "seconds": []})
+    print(f"{args.experiment}: {len(train):,} training pairs, {train.target_tokens:,} target tokens; "
+          f"{model.count_params():,} parameters, {cfg.trainer.precision}; {args.steps} steps a width and round",
+          file=sys.stderr)
+
+    order = list(range(len(rows)))
+    for round_ in range(args.repeats + 1):  # round 0 traces and is not timed
+        for index in order:
+            started = time.perf_counter()
+            model.fit(streams[rows[index]["bucket_width"]][0], epochs=1, verbose=0, shuffle=False)
+            if round_:
+                rows[index]["seconds"].append(time.perf_counter() - started)
+        order = order[1:] + order[:1]
+
+    for row in rows:
+        seconds = median(row.pop("seconds"))
+        tokens = streams[row["bucket_width"]][1]
+        row["ms_per_step"] = 1000 * seconds / args.steps
+        row["target_tokens_per_step"] = tokens / args.steps
+        row["tokens_per_second"] = tokens / seconds
+        row["epoch_seconds"] = train.target_tokens / row["tokens_per_second"]
+    base = rows[0]
+    for row in rows:
+        row["speed_ratio"] = row["tokens_per_second"] / base["tokens_per_second"]
+        row["epoch_ratio"] = row["epoch_seconds"] / base["epoch_seconds"]
+    print_table(rows, [("bucket_width", "bucket width"), "buckets", ("batches", "batches/epoch"),
+                       ("sentences_per_batch", "sentences/batch"), ("source_fill", "source fill"),
+                       ("target_fill", "target fill"), ("ms_per_step", "ms/step"),
+                       ("target_tokens_per_step", "target tokens/step"), ("tokens_per_second", "target tok/s"),
+                       ("epoch_seconds", "epoch s (projected)"), ("speed_ratio", f"tok/s vs width {base['bucket_width']}"),
+                       ("epoch_ratio", f"epoch vs width {base['bucket_width']}")])
+    print_json("batching", experiment=args.experiment, overrides=args.overrides, steps=args.steps,
+               repeats=args.repeats, precision=cfg.trainer.precision, parameters=model.count_params(),
+               training_pairs=len(train), rows=rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""The benchmark scripts run: their --help explains, and the batching benchmark runs end to end on a slice of a real
+corpus with a tiny model (its figures are not checked: speed lives in benchmarks, not tests)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+SCRIPTS = ["attention_scaling", "batching", "decode_speed", "decode_sweep", "multi30k", "train_throughput"]
+
+
+def run_bench(script, *args, timeout=600):
+    env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, str(BENCH / f"{script}.py"), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=BENCH.parent)
+
+
+def test_every_script_is_listed():
+    runnable = {path.stem for path in BENCH.glob("*.py") if 'if __name__ == "__main__"' in path.read_text()}
+    assert runnable == set(SCRIPTS)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_explains_and_exits_zero(script):
+    result = run_bench(script, "--help")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("usage:") and "--help" in result.stdout
+
+
+@pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
+def test_batching_benchmark_reports_every_width():
+    result = run_bench("batching", "--widths", "0,1,3", "--steps", "2", "--repeats", "1", "debug=smoke",
+                       "data.download=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["benchmark"] == "batching" and report["training_pairs"] <= 300  # data.limit=300 (smoke)
+    rows = report["rows"]
+    assert [row["bucket_width"] for row in rows] == [0, 1, 3]
+    for row in rows:
+        assert 0 < row["source_fill"] <= 1 and 0 < row["target_fill"] <= 1
+        assert row["tokens_per_second"] > 0 and row["batches"] > 0
+    assert "| bucket width |" in result.stdout
