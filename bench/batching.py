@@ -8,7 +8,8 @@ The experiment's config is composed as kmt-train composes it (trailing arguments
 is trained on the training split as kmt-train trains it. For each width:
 
 - one pass over the training split, batched as kmt-train batches it: batches, sentences per batch, and fill (real
-  tokens over padded positions, source and target);
+  tokens over padded positions, source and target); and kmt-train's steps per epoch, one pass of the repeated
+  stream it trains on (fewer than the single pass's batches: that ends each bucket with a partial batch);
 - training speed: the experiment's model (its size, dropout and precision, compiled as kmt-train compiles it) takes
   the first `--steps` batches of the seeded, shuffled, repeated stream that `model.fit` sees (no end-of-epoch
   partial batches), cached so the input pipeline is not timed. One untimed round traces every width; then each of
@@ -77,7 +78,7 @@ def main(argv=None):
     from kmt import config as config_lib
     from kmt.build import build_model, compile_model
     from kmt.data import load_corpus
-    from kmt.data.pipeline import bucket_edges, encode_split, make_dataset
+    from kmt.data.pipeline import bucket_edges, count_batches, encode_split, make_dataset
     from kmt.tokenizer import Vocabularies
 
     config_lib.register_configs()
@@ -102,7 +103,9 @@ def main(argv=None):
         stream = stream.take(args.steps).cache()
         tokens = sum(int((target_out.numpy() != 0).sum()) for _, target_out in stream)  # fills the cache
         streams[width] = (stream, tokens)
+        steps = count_batches(train, **batching, bucket_width=width, repeated=True)
         rows.append({"bucket_width": width, "buckets": len(bucket_edges(max_length, width)), "batches": batches,
+                     "steps_per_epoch": steps,
                      "sentences_per_batch": sentences / batches, "source_fill": source_fill,
                      "target_fill": target_fill, "seconds": []})
     print(f"{args.experiment}: {len(train):,} training pairs, {train.target_tokens:,} target tokens; "
@@ -129,7 +132,8 @@ def main(argv=None):
     for row in rows:
         row["speed_ratio"] = row["tokens_per_second"] / base["tokens_per_second"]
         row["epoch_ratio"] = row["epoch_seconds"] / base["epoch_seconds"]
-    print_table(rows, [("bucket_width", "bucket width"), "buckets", ("batches", "batches/epoch"),
+    print_table(rows, [("bucket_width", "bucket width"), "buckets", ("batches", "batches in one pass"),
+                       ("steps_per_epoch", "steps/epoch"),
                        ("sentences_per_batch", "sentences/batch"), ("source_fill", "source fill"),
                        ("target_fill", "target fill"), ("ms_per_step", "ms/step"),
                        ("target_tokens_per_step", "target tokens/step"), ("tokens_per_second", "target tok/s"),
