@@ -19,6 +19,14 @@ def split(vocabularies):
     return encode_split("train", ParallelText(SOURCES, TARGETS), vocabularies, max_length=16)
 
 
+def varied_split(vocabularies, pairs, seed):
+    """`pairs` random pairs of 1-7 words a side, so their lengths spread over several buckets."""
+    rng = np.random.default_rng(seed)
+    words = lambda letters: " ".join(rng.choice(list(letters), size=rng.integers(1, 8)))  # noqa: E731
+    return encode_split("train", ParallelText([words("abcdefg") for _ in range(pairs)],
+                                              [words("xyzw") for _ in range(pairs)]), vocabularies, max_length=16)
+
+
 def test_empty_and_over_long_pairs_are_dropped_and_counted(split):
     assert split.dropped == {"empty": 20, "too_long": 10}
     assert len(split) == 30 and "" not in split.source_text and "" not in split.target_text
@@ -55,10 +63,7 @@ def test_shuffling_is_seeded(split):
 
 
 def test_padding_to_the_bucket_gives_one_shape_per_bucket_within_the_budget(vocabularies):
-    rng = np.random.default_rng(0)
-    words = lambda letters: " ".join(rng.choice(list(letters), size=rng.integers(1, 8)))  # noqa: E731
-    varied = encode_split("train", ParallelText([words("abcdefg") for _ in range(60)],
-                                                [words("xyzw") for _ in range(60)]), vocabularies, max_length=16)
+    varied = varied_split(vocabularies, 60, seed=0)
     loose = list(make_dataset(varied, max_length=16, max_tokens=40))
     fixed = list(make_dataset(varied, max_length=16, max_tokens=40, pad_to_bucket=True))
     widths = {f["source"].shape[1] for f, _ in fixed} | {t.shape[1] for _, t in fixed}
@@ -81,10 +86,7 @@ def test_bucket_edges_step_by_the_width_and_end_past_the_longest_sequence():
 
 
 def test_buckets_one_token_wide_batch_only_pairs_of_one_length(vocabularies):
-    rng = np.random.default_rng(1)
-    words = lambda letters: " ".join(rng.choice(list(letters), size=rng.integers(1, 8)))  # noqa: E731
-    varied = encode_split("train", ParallelText([words("abcdefg") for _ in range(80)],
-                                                [words("xyzw") for _ in range(80)]), vocabularies, max_length=16)
+    varied = varied_split(vocabularies, 80, seed=1)
     lengths = lambda batch: {max(int((s != 0).sum()), int((t != 0).sum()))  # noqa: E731  (target_out = target_in)
                              for s, t in zip(batch[0]["source"].numpy(), batch[1].numpy())}
     exact = list(make_dataset(varied, max_length=16, max_tokens=40, bucket_width=1))
@@ -97,10 +99,7 @@ def test_buckets_one_token_wide_batch_only_pairs_of_one_length(vocabularies):
 
 
 def test_an_epoch_of_a_repeated_stream_is_one_pass_over_the_pairs(vocabularies):
-    rng = np.random.default_rng(2)
-    words = lambda letters: " ".join(rng.choice(list(letters), size=rng.integers(1, 8)))  # noqa: E731
-    varied = encode_split("train", ParallelText([words("abcdefg") for _ in range(80)],
-                                                [words("xyzw") for _ in range(80)]), vocabularies, max_length=16)
+    varied = varied_split(vocabularies, 80, seed=2)
     single = count_batches(varied, 16, max_tokens=40, bucket_width=1)
     steps = count_batches(varied, 16, max_tokens=40, bucket_width=1, repeated=True)
     assert steps < single  # a single pass ends each bucket with a partial batch; a repeated stream does not

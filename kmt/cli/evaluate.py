@@ -31,10 +31,12 @@ def parse_args(argv=None):
     parser.add_argument("--reference", required=True, help="reference translations, line-aligned with --source")
     tokenization = parser.add_mutually_exclusive_group()
     tokenization.add_argument("--tokenized-reference", help="lowercased Moses-tokenized references (Multi30k tok/)")
-    parser.add_argument("--lang", help="target language for Moses tokenization (default: the reference's suffix)")
     tokenization.add_argument("--tokenized", action="store_true",
-                        help="source, references and output are lowercased Moses-tokenized text (a model trained "
-                             "with data.tokenized=true): BLEU splits on spaces only, the published Multi30k way")
+                              help="source, references and output are lowercased Moses-tokenized text (a model "
+                                   "trained with data.tokenized=true): BLEU splits on spaces only, the published "
+                                   "Multi30k way")
+    parser.add_argument("--lang", help="target language for Moses tokenization of the output, with "
+                                       "--tokenized-reference (default: the reference's suffix)")
     parser.add_argument("--hypotheses", help="also write the translations to this file")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default: 64)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
