@@ -95,7 +95,8 @@ def main(argv=None):
     batching = dict(max_length=max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size)
 
     keras.config.set_dtype_policy(cfg.trainer.precision)
-    model = compile_model(build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size), cfg)
+    model = compile_model(build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size), cfg,
+                          count_batches(train, **batching, bucket_width=cfg.data.bucket_width, repeated=True))
     rows, streams = [], {}
     for width in args.widths:
         batches, sentences, (source_fill, target_fill) = fill(make_dataset(train, **batching, bucket_width=width))

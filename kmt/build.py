@@ -40,9 +40,23 @@ def build_model(model_cfg, source_vocab_size, target_vocab_size, dtype_policy=No
         keras.config.set_dtype_policy(previous)
 
 
-def build_optimizer(optim_cfg, hidden_dim):
-    """Adam with the paper's betas and epsilon, driven by the Noam schedule."""
-    schedule = NoamSchedule(hidden_dim, warmup_steps=optim_cfg.warmup_steps, scale=optim_cfg.lr_scale)
+def build_schedule(optim_cfg, hidden_dim, total_steps=None):
+    """The Noam schedule of `optim_cfg`, cooled down over the last `optim.cooldown` of `total_steps` updates when
+    that is set."""
+    cooldown_steps = 0
+    if optim_cfg.cooldown:
+        if not total_steps:
+            raise ValueError(f"optim.cooldown={optim_cfg.cooldown} needs the run's total_steps")
+        cooldown_steps = max(1, round(optim_cfg.cooldown * total_steps))
+    return NoamSchedule(
+        hidden_dim, warmup_steps=optim_cfg.warmup_steps, scale=optim_cfg.lr_scale, total_steps=total_steps,
+        cooldown_steps=cooldown_steps,
+    )
+
+
+def build_optimizer(optim_cfg, hidden_dim, total_steps=None):
+    """Adam with the paper's betas and epsilon, driven by `build_schedule`."""
+    schedule = build_schedule(optim_cfg, hidden_dim, total_steps)
     return keras.optimizers.Adam(
         learning_rate=schedule,
         beta_1=optim_cfg.beta_1,
@@ -52,10 +66,12 @@ def build_optimizer(optim_cfg, hidden_dim):
     )
 
 
-def compile_model(model, cfg):
-    """Compiles `model` for training with the config's optimizer, loss, metric and XLA choice."""
+def compile_model(model, cfg, steps_per_epoch=None):
+    """Compiles `model` for training with the config's optimizer, loss, metric and XLA choice. A run of
+    `cfg.trainer.epochs` epochs of `steps_per_epoch` updates sets where `optim.cooldown` ends."""
+    total_steps = cfg.trainer.epochs * steps_per_epoch if steps_per_epoch else None
     model.compile(
-        optimizer=build_optimizer(cfg.optim, cfg.model.hidden_dim),
+        optimizer=build_optimizer(cfg.optim, cfg.model.hidden_dim, total_steps),
         loss=MaskedCrossEntropy(label_smoothing=cfg.optim.label_smoothing),
         metrics=[MaskedAccuracy()],
         jit_compile=cfg.trainer.jit_compile,

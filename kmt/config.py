@@ -80,6 +80,7 @@ class OptimConfig:
     epsilon: float = 1e-9
     label_smoothing: float = 0.1  # epsilon_ls of the paper
     clipnorm: Optional[float] = None  # clip gradients to this global norm; None: no clipping
+    cooldown: float = 0.0  # last fraction of the run's updates (trainer.epochs) in which the rate falls linearly to ~0
 
 
 @dataclass
@@ -159,6 +160,7 @@ def validate(cfg):
     )
     _check(optim.warmup_steps > 0, f"optim.warmup_steps must be positive. Received: {optim.warmup_steps}")
     _check(optim.lr_scale > 0, f"optim.lr_scale must be positive. Received: {optim.lr_scale}")
+    _check(0.0 <= optim.cooldown <= 1.0, f"optim.cooldown must be in [0, 1]. Received: {optim.cooldown}")
     _check(trainer.epochs > 0, f"trainer.epochs must be positive. Received: {trainer.epochs}")
     _check(
         trainer.precision in PRECISIONS,

@@ -11,7 +11,7 @@ from keras import ops
 from omegaconf import OmegaConf
 
 from kmt import config as config_lib
-from kmt.build import build_model, build_translator, compile_model
+from kmt.build import build_model, build_schedule, build_translator, compile_model
 from kmt.callbacks import (
     AtomicBackupAndRestore,
     DeferredInterrupt,
@@ -96,12 +96,15 @@ def _train(cfg, run_dir):
     val_data = make_dataset(splits["val"], **batching)
 
     model = compile_model(
-        build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size), cfg
+        build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size), cfg, steps_per_epoch
     )
     logger.info(
         "model: %s parameters; %d training pairs, %d steps an epoch", f"{model.count_params():,}",
         len(splits["train"]), steps_per_epoch,
     )
+    total_steps = cfg.trainer.epochs * steps_per_epoch
+    schedule = build_schedule(cfg.optim, cfg.model.hidden_dim, total_steps)  # compile_model's, to log
+    log_schedule(schedule, total_steps)
     callbacks, stats = build_callbacks(cfg, run_dir, splits["train"].target_tokens)
     interrupt = DeferredInterrupt()  # last: an epoch's backup is written before Ctrl-C is acted on
     started = time.perf_counter()
@@ -121,6 +124,12 @@ def _train(cfg, run_dir):
     except KeyboardInterrupt:
         raise Interrupted(model, run_dir) from None
     wall_seconds = time.perf_counter() - started
+    if schedule.cooldown_steps and int(model.optimizer.iterations) < total_steps:
+        logger.warning(
+            "the run stopped after %d of the %d updates its cool-down (optim.cooldown) was planned for, so the "
+            "learning rate did not cool down; lower trainer.epochs to what trainer.max_minutes holds",
+            int(model.optimizer.iterations), total_steps,
+        )
     losses = history.history.get("loss", [])
     if losses and not math.isfinite(losses[-1]):
         raise KmtError(
@@ -168,6 +177,16 @@ class Interrupted(KmtError):
             f"interrupted; the current weights are in {path}. Run the same command again to resume after epoch "
             f"{epoch} (optimizer state and learning-rate step included)"
         )
+
+
+def log_schedule(schedule, total_steps):
+    """Logs the learning rate's peak, its cool-down if any, and its value at the run's last update."""
+    peak = float(schedule(schedule.warmup_steps - 1))
+    message = f"learning rate: peak {peak:.3g} at update {schedule.warmup_steps:,}"
+    if schedule.cooldown_steps:
+        message += f", cooled down linearly over the last {schedule.cooldown_steps:,} updates"
+    message += f", {float(schedule(total_steps - 1)):.2g} at update {total_steps:,} (trainer.epochs)"
+    logger.info(message)
 
 
 def train_stats(split, stats, wall_seconds, steps_per_epoch, model):

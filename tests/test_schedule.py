@@ -38,3 +38,21 @@ def test_serializes_and_drives_adam():
 def test_rejects_non_positive_values():
     with pytest.raises(ValueError, match="warmup_steps=0"):
         NoamSchedule(hidden_dim=64, warmup_steps=0)
+
+
+def test_cooldown_scales_the_last_updates_down_linearly():
+    noam = NoamSchedule(hidden_dim=64, warmup_steps=10)
+    cooled = NoamSchedule(hidden_dim=64, warmup_steps=10, total_steps=100, cooldown_steps=40)
+    factors = [rate(cooled, step) / rate(noam, step) for step in range(1, 121)]
+    assert factors[:61] == pytest.approx([1.0] * 61)  # steps 1-61: the paper's schedule
+    assert factors[60:100] == pytest.approx([k / 40 for k in range(40, 0, -1)])  # steps 61-100: 40/40 ... 1/40
+    assert factors[100:] == pytest.approx([1 / 40] * 20)  # trained further: the final update's factor
+    clone = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(cooled))
+    assert clone.get_config() == cooled.get_config()
+    assert float(clone(79)) == pytest.approx(float(cooled(79)))
+
+
+@pytest.mark.parametrize("total_steps, cooldown_steps", [(None, 5), (10, 11), (10, -1)])
+def test_rejects_a_cooldown_it_cannot_place(total_steps, cooldown_steps):
+    with pytest.raises(ValueError, match=f"cooldown_steps={cooldown_steps}, total_steps={total_steps}"):
+        NoamSchedule(hidden_dim=64, warmup_steps=10, total_steps=total_steps, cooldown_steps=cooldown_steps)

@@ -53,6 +53,26 @@ def test_train_returns_the_validation_objective(tmp_path):
     assert value == pytest.approx(metrics["val"]["accuracy"])
 
 
+def test_cooldown_ends_with_the_run_and_a_cut_short_one_says_so(tmp_path, caplog):
+    caplog.set_level("INFO", logger="kmt.training")
+    train(compose_config("trainer.epochs=2", "optim.cooldown=0.5", "trainer.export=false"), tmp_path / "full")
+    rates = [float(row["learning_rate"]) for row in _history(tmp_path / "full")]
+    plain = tmp_path / "plain"
+    train(compose_config("trainer.epochs=2", "trainer.export=false"), plain)
+    noam = [float(row["learning_rate"]) for row in _history(plain)]
+    steps = json.loads((plain / "metrics.json").read_text())["train"]["steps"]
+    assert rates[0] == pytest.approx(noam[0])  # the first half: the paper's schedule
+    assert rates[1] == pytest.approx(noam[1] / round(steps / 2), rel=1e-3)  # the last update's: 1 / cooldown_steps
+    assert "cooled down linearly over the last" in caplog.text
+    assert "did not cool down" not in caplog.text
+
+    caplog.clear()  # a wall-clock budget that stops the run after one of three epochs
+    train(compose_config("trainer.epochs=3", "trainer.max_minutes=0.0001", "optim.cooldown=0.5",
+                         "trainer.export=false"), tmp_path / "cut")
+    assert len(_history(tmp_path / "cut")) == 1
+    assert "did not cool down; lower trainer.epochs" in caplog.text
+
+
 def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
     result = run_cli(
         "train", "-m", "model.num_layers=1,2", "optim.warmup_steps=100,200", "debug=smoke", "trainer.export=false",
@@ -80,6 +100,7 @@ def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
         ("trainer.precision=float64", "trainer.precision must be one of"),
         ("data.name=wmt", "data.name must be one of"),
         ("data.bucket_width=-2", "data.bucket_width must be >= 0. Received: -2"),
+        ("optim.cooldown=1.5", "optim.cooldown must be in [0, 1]. Received: 1.5"),
         ("data.tokenized=true", "data.tokenized applies to data=multi30k only. Received: data.tokenized=true with "
                                 "data=dates"),
     ],
