@@ -76,7 +76,7 @@ def fill(dataset):
 def main(argv=None):
     args = parse_args(argv)
     from kmt import config as config_lib
-    from kmt.build import build_model, compile_model
+    from kmt.build import build_model, build_schedule, compile_model
     from kmt.data import load_corpus
     from kmt.data.pipeline import bucket_edges, count_batches, encode_split, make_dataset
     from kmt.tokenizer import Vocabularies
@@ -95,8 +95,10 @@ def main(argv=None):
     batching = dict(max_length=max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size)
 
     keras.config.set_dtype_policy(cfg.trainer.precision)
+    total_steps = cfg.trainer.epochs * count_batches(train, **batching, bucket_width=cfg.data.bucket_width,
+                                                     repeated=True)
     model = compile_model(build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size), cfg,
-                          count_batches(train, **batching, bucket_width=cfg.data.bucket_width, repeated=True))
+                          build_schedule(cfg.optim, cfg.model.hidden_dim, total_steps))
     rows, streams = [], {}
     for width in args.widths:
         batches, sentences, (source_fill, target_fill) = fill(make_dataset(train, **batching, bucket_width=width))

@@ -54,9 +54,8 @@ def build_schedule(optim_cfg, hidden_dim, total_steps=None):
     )
 
 
-def build_optimizer(optim_cfg, hidden_dim, total_steps=None):
-    """Adam with the paper's betas and epsilon, driven by `build_schedule`."""
-    schedule = build_schedule(optim_cfg, hidden_dim, total_steps)
+def build_optimizer(optim_cfg, schedule):
+    """Adam with the paper's betas and epsilon, driven by `schedule` (see `build_schedule`)."""
     return keras.optimizers.Adam(
         learning_rate=schedule,
         beta_1=optim_cfg.beta_1,
@@ -66,12 +65,13 @@ def build_optimizer(optim_cfg, hidden_dim, total_steps=None):
     )
 
 
-def compile_model(model, cfg, steps_per_epoch=None):
-    """Compiles `model` for training with the config's optimizer, loss, metric and XLA choice. A run of
-    `cfg.trainer.epochs` epochs of `steps_per_epoch` updates sets where `optim.cooldown` ends."""
-    total_steps = cfg.trainer.epochs * steps_per_epoch if steps_per_epoch else None
+def compile_model(model, cfg, schedule=None):
+    """Compiles `model` for training with the config's optimizer, loss, metric and XLA choice. `schedule` is the
+    learning rate, `build_schedule` of the config without a cool-down if not given."""
+    if schedule is None:
+        schedule = build_schedule(cfg.optim, cfg.model.hidden_dim)
     model.compile(
-        optimizer=build_optimizer(cfg.optim, cfg.model.hidden_dim, total_steps),
+        optimizer=build_optimizer(cfg.optim, schedule),
         loss=MaskedCrossEntropy(label_smoothing=cfg.optim.label_smoothing),
         metrics=[MaskedAccuracy()],
         jit_compile=cfg.trainer.jit_compile,

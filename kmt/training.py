@@ -95,15 +95,15 @@ def _train(cfg, run_dir):
     train_data = make_dataset(splits["train"], **batching, shuffle=True, seed=cfg.seed, repeat=True)
     val_data = make_dataset(splits["val"], **batching)
 
+    total_steps = cfg.trainer.epochs * steps_per_epoch
+    schedule = build_schedule(cfg.optim, cfg.model.hidden_dim, total_steps)
     model = compile_model(
-        build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size), cfg, steps_per_epoch
+        build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size), cfg, schedule
     )
     logger.info(
         "model: %s parameters; %d training pairs, %d steps an epoch", f"{model.count_params():,}",
         len(splits["train"]), steps_per_epoch,
     )
-    total_steps = cfg.trainer.epochs * steps_per_epoch
-    schedule = build_schedule(cfg.optim, cfg.model.hidden_dim, total_steps)  # compile_model's, to log
     log_schedule(schedule, total_steps)
     callbacks, stats = build_callbacks(cfg, run_dir, splits["train"].target_tokens)
     interrupt = DeferredInterrupt()  # last: an epoch's backup is written before Ctrl-C is acted on
