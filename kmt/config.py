@@ -48,6 +48,9 @@ class DataConfig:
     batch_size: int = 64  # sentences per batch when max_tokens is 0
     bucket_width: int = 0  # length buckets every N tokens (1: one per length, least padding); 0: fixed edges
     pad_to_bucket: bool = False  # pad batches to their bucket's width: fixed shapes, for trainer.jit_compile
+    subword_sampling: float = 0.0  # alpha of subword regularization: each pass samples a segmentation of every
+    # training sentence (unigram vocabularies; 0.5 changes about a third of sentences, 0.1 doubles their pieces);
+    # 0: always the best segmentation
     train: SplitFiles = field(default_factory=SplitFiles)  # data=parallel
     val: SplitFiles = field(default_factory=SplitFiles)
     test: SplitFiles = field(default_factory=SplitFiles)
@@ -173,6 +176,12 @@ def validate(cfg):
     _check(trainer.max_minutes >= 0, f"trainer.max_minutes must be >= 0. Received: {trainer.max_minutes}")
     _check(data.max_tokens >= 0, f"data.max_tokens must be >= 0. Received: {data.max_tokens}")
     _check(data.bucket_width >= 0, f"data.bucket_width must be >= 0. Received: {data.bucket_width}")
+    _check(data.subword_sampling >= 0, f"data.subword_sampling must be >= 0. Received: {data.subword_sampling}")
+    _check(
+        not data.subword_sampling or data.tokenizer.model_type == "unigram",
+        "data.subword_sampling samples unigram segmentations; it needs data.tokenizer.model_type=unigram. "
+        f"Received: {data.tokenizer.model_type!r}",
+    )
     _check(data.max_tokens or data.batch_size > 0, f"data.batch_size must be positive. Received: {data.batch_size}")
     _check(
         data.max_tokens == 0 or data.max_tokens >= model.max_length,

@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import sentencepiece
 import tensorflow as tf
 import tensorflow_text as tf_text
@@ -64,6 +65,25 @@ class Tokenizer:
             ids = tf.RaggedTensor.from_tensor(ids)
         ids = tf.ragged.boolean_mask(ids, ids > END_ID)  # (N, None): drop pad/unk/start/end ids
         return self._op.detokenize(ids)
+
+    def sampler(self, alpha):
+        """A `tokenize` that draws one segmentation of each string instead of the best one: subword regularization
+        (Kudo, 2018) over every segmentation of SentencePiece's unigram lattice, with probabilities raised to the
+        power `alpha` (1: the model's own; towards 0: towards uniform, so more and shorter pieces). Made eagerly,
+        it can run inside a tf.data map. The op draws from SentencePiece's own generator, which TF's seed does
+        not reach."""
+        op = tf_text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32, nbest_size=-1, alpha=alpha)
+        return op.tokenize
+
+    def sample(self, strings, alpha, seed):
+        """`sampler`'s draw for a list of strings, made with the `sentencepiece` library and `seed` on one thread
+        (threads would draw in any order), so the same call gives the same ids: `(N, None)` int32 RaggedTensor.
+        Seeds SentencePiece's global generator."""
+        processor = sentencepiece.SentencePieceProcessor(model_proto=self.model_proto)
+        sentencepiece.set_random_generator_seed(seed)
+        ids = processor.encode(list(strings), enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
+        values = np.fromiter((i for row in ids for i in row), dtype=np.int32)
+        return tf.RaggedTensor.from_row_lengths(values, np.array([len(row) for row in ids], dtype=np.int64))
 
     def id_to_piece(self, ids):
         """Ids to their subword pieces, for logs and attention plots."""

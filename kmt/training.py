@@ -25,7 +25,7 @@ from kmt.callbacks import (
 )
 from kmt.checkpoints import average_checkpoints, epoch_checkpoints
 from kmt.data import load_corpus
-from kmt.data.pipeline import count_batches, encode_split, make_dataset
+from kmt.data.pipeline import count_batches, encode_split, make_dataset, resample, subword_sampler
 from kmt.errors import KmtError
 from kmt.export import export_translator
 from kmt.scoring import translation_scores
@@ -90,9 +90,18 @@ def _train(cfg, run_dir):
         raise KmtError(f"no training pairs left after filtering empty and over-long pairs ({splits['train'].dropped})")
     batching = dict(max_length=max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size,
                     bucket_width=cfg.data.bucket_width, pad_to_bucket=cfg.data.pad_to_bucket)
-    steps_per_epoch = count_batches(splits["train"], max_length, cfg.data.max_tokens, cfg.data.batch_size,
+    epoch, resegment = splits["train"], None  # what an epoch of the training stream holds, and how it segments
+    if cfg.data.subword_sampling:
+        epoch = resample(splits["train"], vocabularies, max_length, cfg.data.subword_sampling, cfg.seed)
+        resegment = subword_sampler(vocabularies, cfg.data.subword_sampling)
+        logger.info(
+            "subword sampling (alpha %g): a pass draws %.1f%% more target tokens than the best segmentation",
+            cfg.data.subword_sampling, 100 * (epoch.target_tokens / splits["train"].target_tokens - 1),
+        )
+    steps_per_epoch = count_batches(epoch, max_length, cfg.data.max_tokens, cfg.data.batch_size,
                                     cfg.data.bucket_width, repeated=True)
-    train_data = make_dataset(splits["train"], **batching, shuffle=True, seed=cfg.seed, repeat=True)
+    train_data = make_dataset(splits["train"], **batching, shuffle=True, seed=cfg.seed, repeat=True,
+                              resegment=resegment)
     val_data = make_dataset(splits["val"], **batching)
 
     total_steps = cfg.trainer.epochs * steps_per_epoch
@@ -105,7 +114,7 @@ def _train(cfg, run_dir):
         len(splits["train"]), steps_per_epoch,
     )
     log_schedule(schedule, total_steps)
-    callbacks, stats = build_callbacks(cfg, run_dir, splits["train"].target_tokens)
+    callbacks, stats = build_callbacks(cfg, run_dir, epoch.target_tokens)
     interrupt = DeferredInterrupt()  # last: an epoch's backup is written before Ctrl-C is acted on
     started = time.perf_counter()
     try:
@@ -147,7 +156,7 @@ def _train(cfg, run_dir):
         decoder = build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size, "float32")
         decoder.set_weights(model.get_weights())
     translator = build_translator(decoder, vocabularies, cfg.decode)
-    metrics = {"train": train_stats(splits["train"], stats, wall_seconds, steps_per_epoch, model)}
+    metrics = {"train": train_stats(epoch, stats, wall_seconds, steps_per_epoch, model)}
     metrics["train"]["averaged_checkpoints"] = max(1, min(cfg.trainer.average_last, len(epoch_checkpoints(run_dir))))
     for name in ("val", "test"):
         if name in splits:

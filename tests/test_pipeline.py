@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from kmt.data.pipeline import bucket_edges, count_batches, encode_split, make_dataset
+from kmt.data.pipeline import bucket_edges, count_batches, encode_split, make_dataset, resample, subword_sampler
 from kmt.data.sources import ParallelText
 from kmt.tokenizer import END_ID, START_ID, Vocabularies
 
@@ -107,3 +107,25 @@ def test_an_epoch_of_a_repeated_stream_is_one_pass_over_the_pairs(vocabularies):
     stream = make_dataset(varied, 16, max_tokens=40, bucket_width=1, shuffle=True, seed=0, repeat=True)
     drawn = sum(int(target.shape[0]) for _, target in stream.take(epochs * steps))
     assert abs(drawn / (epochs * len(varied)) - 1) < 0.05
+
+
+def test_subword_sampling_resegments_every_pass_within_the_length_limit(vocabularies):
+    varied = varied_split(vocabularies, 80, seed=3)
+    stream = make_dataset(varied, 16, max_tokens=64, shuffle=True, seed=0, repeat=True,
+                          resegment=subword_sampler(vocabularies, 0.1))
+    pairs = {}  # source text -> the segmentations drawn for it
+    for features, _ in stream.take(60):
+        source, target_in = features["source"].numpy(), features["target_in"].numpy()
+        assert source.shape[1] <= 16 and target_in.shape[1] <= 16
+        assert (target_in[:, 0] == START_ID).all()
+        for row in source:
+            ids = [int(i) for i in row if i]
+            sentence = vocabularies.source.detokenize(np.array([ids], dtype=np.int32)).numpy()[0].decode()
+            pairs.setdefault(sentence, set()).add(tuple(ids))
+    assert set(pairs) <= set(varied.source_text)  # sampled pieces spell the training sentences
+    assert any(len(segmentations) > 1 for segmentations in pairs.values())  # and differ from pass to pass
+
+    epoch = resample(varied, vocabularies, 16, 0.1, seed=0)  # a seeded pass: longer, over-long pairs dropped
+    assert epoch.target_tokens > varied.target_tokens
+    assert max(epoch.source.row_lengths()) <= 16 and max(epoch.target.row_lengths()) <= 15
+    assert len(epoch) + epoch.dropped["too_long_sampled"] == len(varied)

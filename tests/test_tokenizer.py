@@ -60,3 +60,15 @@ def test_too_small_a_vocabulary_grows_to_fit_the_characters():
 def test_bad_model_type_is_a_config_error():
     with pytest.raises(ConfigError, match="model_type='wordpiece'"):
         train_tokenizer(SOURCES, vocab_size=400, model_type="wordpiece")
+
+
+def test_sampling_draws_other_segmentations_of_the_same_text(tokenizer):
+    sentences = SOURCES[:50]
+    best = tokenizer.tokenize(tf.constant(sentences)).to_list()
+    drawn = tokenizer.sampler(0.1)(tf.constant(sentences))
+    assert drawn.to_list() != best and drawn.flat_values.shape[0] > sum(map(len, best))  # more, shorter pieces
+    assert [t.decode() for t in tokenizer.detokenize(drawn).numpy()] == sentences
+    seeded = tokenizer.sample(sentences, 0.1, seed=5)
+    assert seeded.to_list() == tokenizer.sample(sentences, 0.1, seed=5).to_list()
+    assert seeded.to_list() != tokenizer.sample(sentences, 0.1, seed=6).to_list()
+    assert [t.decode() for t in tokenizer.detokenize(seeded).numpy()] == sentences

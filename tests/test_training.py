@@ -73,6 +73,15 @@ def test_cooldown_ends_with_the_run_and_a_cut_short_one_says_so(tmp_path, caplog
     assert "did not cool down; lower trainer.epochs" in caplog.text
 
 
+def test_subword_sampling_trains_on_longer_drawn_segmentations(tmp_path, caplog):
+    caplog.set_level("INFO", logger="kmt.training")
+    train(compose_config("data.subword_sampling=0.1", "trainer.export=false"), tmp_path)
+    longer = re.search(r"subword sampling \(alpha 0.1\): a pass draws ([\d.]+)% more target tokens", caplog.text)
+    assert longer and float(longer.group(1)) > 0
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["train"]["steps"] > 0 and metrics["val"]["loss"] > 0
+
+
 def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
     result = run_cli(
         "train", "-m", "model.num_layers=1,2", "optim.warmup_steps=100,200", "debug=smoke", "trainer.export=false",
@@ -101,13 +110,15 @@ def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
         ("data.name=wmt", "data.name must be one of"),
         ("data.bucket_width=-2", "data.bucket_width must be >= 0. Received: -2"),
         ("optim.cooldown=1.5", "optim.cooldown must be in [0, 1]. Received: 1.5"),
+        ("data.subword_sampling=-0.1", "data.subword_sampling must be >= 0. Received: -0.1"),
+        ("data.subword_sampling=0.5 data.tokenizer.model_type=bpe", "needs data.tokenizer.model_type=unigram"),
         ("data.tokenized=true", "data.tokenized applies to data=multi30k only. Received: data.tokenized=true with "
                                 "data=dates"),
     ],
 )
 def test_bad_values_are_rejected_before_any_data_is_read(override, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
-        validate(compose_config(override))
+        validate(compose_config(*override.split()))
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,10 @@ logger = logging.getLogger(__name__)
 BUCKET_EDGES = (8, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 384, 512, 768, 1024)
 
 
+# Strings a subword-sampling stream (`make_dataset(resegment=...)`) tokenizes at a time.
+RESEGMENT_CHUNK = 1024
+
+
 @dataclass(frozen=True)
 class EncodedSplit:
     """Token ids of the pairs kept from one split, with the raw text they came from (for BLEU and exact match).
@@ -78,6 +82,30 @@ def encode_split(name, text, vocabularies, max_length):
     )
 
 
+def resample(split, vocabularies, max_length, alpha, seed):
+    """`split` segmented by one seeded draw of subword sampling (`Tokenizer.sample`) instead of the best
+    segmentation, less the pairs the draw makes longer than `max_length` (as a `make_dataset(resegment=...)` stream
+    drops them). A stand-in for one pass of that stream: its lengths size the epoch, its tokens count its work."""
+    source = vocabularies.source.sample(split.source_text, alpha, seed)
+    target = vocabularies.target.sample(split.target_text, alpha, seed + 1)
+    fits = (source.row_lengths().numpy() <= max_length) & (target.row_lengths().numpy() <= max_length - 1)
+    indices = np.flatnonzero(fits)
+    return EncodedSplit(
+        source=tf.gather(source, indices),
+        target=tf.gather(target, indices),
+        source_text=[split.source_text[i] for i in indices],
+        target_text=[split.target_text[i] for i in indices],
+        dropped=split.dropped | {"too_long_sampled": int(np.sum(~fits))},
+    )
+
+
+def subword_sampler(vocabularies, alpha):
+    """`resegment` for `make_dataset`: samples a segmentation of each source and target string (`Tokenizer.sampler`)."""
+    source = vocabularies.source.sampler(alpha)
+    target = source if vocabularies.joint else vocabularies.target.sampler(alpha)
+    return lambda source_text, target_text: (source(source_text), target(target_text))
+
+
 def _to_example(source, target):
     start, end = tf.constant([START_ID], tf.int32), tf.constant([END_ID], tf.int32)
     features = {"source": source, "target_in": tf.concat([start, target], axis=0)}  # (S,), (T,)
@@ -105,7 +133,7 @@ def _bucket_sizes(max_length, max_tokens, batch_size, bucket_width=0):
 
 
 def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, seed=None, repeat=False,
-                 pad_to_bucket=False, bucket_width=0):
+                 pad_to_bucket=False, bucket_width=0, resegment=None):
     """A tf.data pipeline of padded, length-bucketed batches over an `EncodedSplit`.
 
     Args:
@@ -121,14 +149,27 @@ def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, 
             then compiles once per bucket instead of once per new shape. Defaults to `False`.
         bucket_width: int. Width of the length buckets in tokens (see `bucket_edges`); narrower buckets waste less
             compute on padding. 0 for the fixed `BUCKET_EDGES`. Defaults to `0`.
+        resegment: callable or None. Subword regularization (`subword_sampler`): maps a chunk of source and of
+            target strings to ragged ids, and the stream tokenizes the split's text afresh on every pass with it,
+            dropping pairs that come out longer than `max_length`, instead of reusing the split's ids. Its passes
+            then vary in length, so it is for a repeated training stream. Defaults to `None`.
 
     Returns a `tf.data.Dataset` of `({"source": (B, S), "target_in": (B, T)}, target_out (B, T))` int32.
     """
-    dataset = tf.data.Dataset.from_tensor_slices((split.source, split.target))
+    if resegment is None:
+        dataset = tf.data.Dataset.from_tensor_slices((split.source, split.target))
+    else:
+        dataset = tf.data.Dataset.from_tensor_slices((split.source_text, split.target_text))
     if shuffle:
         dataset = dataset.shuffle(len(split), seed=seed, reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()
+    if resegment is not None:
+        def fits(source, target):  # the target needs one more position, for the start (or end) token
+            return (tf.shape(source)[0] <= max_length) & (tf.shape(target)[0] <= max_length - 1)
+
+        dataset = dataset.batch(RESEGMENT_CHUNK).map(resegment, num_parallel_calls=tf.data.AUTOTUNE)
+        dataset = dataset.unbatch().filter(fits)
     dataset = dataset.map(_to_example, num_parallel_calls=tf.data.AUTOTUNE)
     edges, sizes = _bucket_sizes(max_length, max_tokens, batch_size, bucket_width)
     dataset = dataset.bucket_by_sequence_length(
@@ -140,7 +181,7 @@ def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, 
         padded_shapes=({"source": [None], "target_in": [None]}, [None]),
         pad_to_bucket_boundary=pad_to_bucket,
     )
-    if not repeat:  # a known length gives Keras its progress bar and spares it a StopIteration warning
+    if not repeat and resegment is None:  # a known length gives Keras its progress bar and spares it a StopIteration warning
         batches = count_batches(split, max_length, max_tokens, batch_size, bucket_width)
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
     if shuffle:
