@@ -40,14 +40,10 @@ def build_model(model_cfg, source_vocab_size, target_vocab_size, dtype_policy=No
         keras.config.set_dtype_policy(previous)
 
 
-def build_schedule(optim_cfg, hidden_dim, total_steps=None):
-    """The Noam schedule of `optim_cfg`, cooled down over the last `optim.cooldown` of `total_steps` updates when
-    that is set."""
-    cooldown_steps = 0
-    if optim_cfg.cooldown:
-        if not total_steps:
-            raise ValueError(f"optim.cooldown={optim_cfg.cooldown} needs the run's total_steps")
-        cooldown_steps = max(1, round(optim_cfg.cooldown * total_steps))
+def build_schedule(optim_cfg, hidden_dim, total_steps):
+    """The Noam schedule of `optim_cfg` for a run of `total_steps` updates, cooled down over the last
+    `optim.cooldown` of them when that is set."""
+    cooldown_steps = max(1, round(optim_cfg.cooldown * total_steps)) if optim_cfg.cooldown else 0
     return NoamSchedule(
         hidden_dim, warmup_steps=optim_cfg.warmup_steps, scale=optim_cfg.lr_scale, total_steps=total_steps,
         cooldown_steps=cooldown_steps,
@@ -65,11 +61,9 @@ def build_optimizer(optim_cfg, schedule):
     )
 
 
-def compile_model(model, cfg, schedule=None):
-    """Compiles `model` for training with the config's optimizer, loss, metric and XLA choice. `schedule` is the
-    learning rate, `build_schedule` of the config without a cool-down if not given."""
-    if schedule is None:
-        schedule = build_schedule(cfg.optim, cfg.model.hidden_dim)
+def compile_model(model, cfg, schedule):
+    """Compiles `model` for training with the config's optimizer, loss, metric and XLA choice, at the learning rate
+    `schedule` (`build_schedule`)."""
     model.compile(
         optimizer=build_optimizer(cfg.optim, schedule),
         loss=MaskedCrossEntropy(label_smoothing=cfg.optim.label_smoothing),

@@ -49,7 +49,7 @@ class Tokenizer:
     def __init__(self, model_proto):
         self.model_proto = model_proto
         self._op = tf_text.SentencepieceTokenizer(model=model_proto, out_type=tf.int32)
-        processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
+        self._processor = processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
         self.vocab_size = processor.get_piece_size()
         reserved = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
         if reserved != SPECIAL_IDS:
@@ -79,9 +79,8 @@ class Tokenizer:
         """`sampler`'s draw for a list of strings, made with the `sentencepiece` library and `seed` on one thread
         (threads would draw in any order), so the same call gives the same ids: `(N, None)` int32 RaggedTensor.
         Seeds SentencePiece's global generator."""
-        processor = sentencepiece.SentencePieceProcessor(model_proto=self.model_proto)
         sentencepiece.set_random_generator_seed(seed)
-        ids = processor.encode(list(strings), enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
+        ids = self._processor.encode(list(strings), enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
         values = np.fromiter((i for row in ids for i in row), dtype=np.int32)
         return tf.RaggedTensor.from_row_lengths(values, np.array([len(row) for row in ids], dtype=np.int64))
 
@@ -96,7 +95,7 @@ class Tokenizer:
         temporary = path.with_suffix(".model.partial")
         temporary.write_bytes(self.model_proto)
         os.replace(temporary, path.with_suffix(".model"))
-        processor = sentencepiece.SentencePieceProcessor(model_proto=self.model_proto)
+        processor = self._processor
         pieces = (f"{processor.id_to_piece(i)}\t{processor.get_score(i):g}" for i in range(self.vocab_size))
         path.with_suffix(".vocab").write_text("\n".join(pieces) + "\n", encoding="utf-8")
 

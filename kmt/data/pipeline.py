@@ -52,6 +52,12 @@ class EncodedSplit:
         return int(tf.reduce_sum(self.target.row_lengths())) + len(self)
 
 
+def _fits(source_length, target_length, max_length):
+    """Whether a pair fits `max_length`: the target needs one more position, for the start (or end) token. For
+    numpy arrays of lengths and for tensors alike."""
+    return (source_length <= max_length) & (target_length <= max_length - 1)
+
+
 def encode_split(name, text, vocabularies, max_length):
     """Tokenizes a `ParallelText` and drops pairs that are empty or longer than `max_length` tokens on a side.
 
@@ -62,7 +68,7 @@ def encode_split(name, text, vocabularies, max_length):
     nonempty = [bool(s.strip()) and bool(t.strip()) for s, t in pairs]
     source = vocabularies.source.tokenize(tf.constant([s for s, _ in pairs], dtype=tf.string))
     target = vocabularies.target.tokenize(tf.constant([t for _, t in pairs], dtype=tf.string))
-    fits = (source.row_lengths().numpy() <= max_length) & (target.row_lengths().numpy() <= max_length - 1)
+    fits = _fits(source.row_lengths().numpy(), target.row_lengths().numpy(), max_length)
     keep = np.asarray(nonempty, dtype=bool) & fits
     dropped = {"empty": int(np.sum(~np.asarray(nonempty, dtype=bool))), "too_long": int(np.sum(~fits & nonempty))}
     if any(dropped.values()):
@@ -88,7 +94,7 @@ def resample(split, vocabularies, max_length, alpha, seed):
     drops them). A stand-in for one pass of that stream: its lengths size the epoch, its tokens count its work."""
     source = vocabularies.source.sample(split.source_text, alpha, seed)
     target = vocabularies.target.sample(split.target_text, alpha, seed + 1)
-    fits = (source.row_lengths().numpy() <= max_length) & (target.row_lengths().numpy() <= max_length - 1)
+    fits = _fits(source.row_lengths().numpy(), target.row_lengths().numpy(), max_length)
     indices = np.flatnonzero(fits)
     return EncodedSplit(
         source=tf.gather(source, indices),
@@ -165,11 +171,8 @@ def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, 
     if repeat:
         dataset = dataset.repeat()
     if resegment is not None:
-        def fits(source, target):  # the target needs one more position, for the start (or end) token
-            return (tf.shape(source)[0] <= max_length) & (tf.shape(target)[0] <= max_length - 1)
-
         dataset = dataset.batch(RESEGMENT_CHUNK).map(resegment, num_parallel_calls=tf.data.AUTOTUNE)
-        dataset = dataset.unbatch().filter(fits)
+        dataset = dataset.unbatch().filter(lambda source, target: _fits(tf.size(source), tf.size(target), max_length))
     dataset = dataset.map(_to_example, num_parallel_calls=tf.data.AUTOTUNE)
     edges, sizes = _bucket_sizes(max_length, max_tokens, batch_size, bucket_width)
     dataset = dataset.bucket_by_sequence_length(
@@ -181,7 +184,7 @@ def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, 
         padded_shapes=({"source": [None], "target_in": [None]}, [None]),
         pad_to_bucket_boundary=pad_to_bucket,
     )
-    if not repeat and resegment is None:  # a known length gives Keras its progress bar and spares it a StopIteration warning
+    if not repeat and resegment is None:  # a known length: Keras shows progress, no StopIteration warning
         batches = count_batches(split, max_length, max_tokens, batch_size, bucket_width)
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
     if shuffle:
