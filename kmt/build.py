@@ -63,13 +63,19 @@ def build_optimizer(optim_cfg, schedule):
 
 def compile_model(model, cfg, schedule):
     """Compiles `model` for training with the config's optimizer, loss, metric and XLA choice, at the learning rate
-    `schedule` (`build_schedule`)."""
+    `schedule` (`build_schedule`).
+
+    The optimizer's slots are created here, not in the first training step: under TensorFlow, Keras otherwise
+    builds the optimizer inside the first trace of the train step, and a `tf.function` that creates variables is
+    traced a second time, which costs seconds at the start of every run (more the larger the model).
+    """
     model.compile(
         optimizer=build_optimizer(cfg.optim, schedule),
         loss=MaskedCrossEntropy(label_smoothing=cfg.optim.label_smoothing),
         metrics=[MaskedAccuracy()],
         jit_compile=cfg.trainer.jit_compile,
     )
+    model.optimizer.build(model.trainable_variables)
     return model
 
 
