@@ -186,6 +186,7 @@ def keras_runner(name, model, data, hidden_dim, jit_compile, tied):
         metrics=[MaskedAccuracy()],
         jit_compile=jit_compile,
     )
+    model.optimizer.build(model.trainable_variables)
 
     def epoch(steps):
         return model.fit(data, steps_per_epoch=steps, epochs=1, shuffle=False, verbose=0)

@@ -44,11 +44,11 @@ def _assert_one_line_error(result, *needles):
 
 def test_killed_run_resumes_where_it_stopped(tmp_path):
     reference, killed = tmp_path / "reference", tmp_path / "killed"
-    complete = run_cli("train", *LONGER, "trainer.epochs=2", f"hydra.run.dir={reference}")
+    complete = run_cli("train", *LONGER, "trainer.epochs=3", f"hydra.run.dir={reference}")
     assert complete.returncode == 0, complete.stderr[-2000:]
 
     env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"}
-    process = subprocess.Popen([sys.executable, "-m", "kmt.cli.train", *LONGER, "trainer.epochs=2",
+    process = subprocess.Popen([sys.executable, "-m", "kmt.cli.train", *LONGER, "trainer.epochs=3",
                                 f"hydra.run.dir={killed}"], env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     first = killed / "checkpoints" / "backup" / "training_metadata.json"  # the resume state of epoch 1
@@ -59,11 +59,11 @@ def test_killed_run_resumes_where_it_stopped(tmp_path):
     process.wait()
     assert first.exists() and not (killed / "metrics.json").exists()  # killed after epoch 1, before the end
 
-    resumed = run_cli("train", *LONGER, "trainer.epochs=2", f"hydra.run.dir={killed}")
+    resumed = run_cli("train", *LONGER, "trainer.epochs=3", f"hydra.run.dir={killed}")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming after epoch" in resumed.stdout + resumed.stderr
     expected, got = _history(reference), _history(killed)
-    assert [row["epoch"] for row in got] == [row["epoch"] for row in expected] == ["0", "1"]
+    assert [row["epoch"] for row in got] == [row["epoch"] for row in expected] == ["0", "1", "2"]
     assert [float(r["learning_rate"]) for r in got] == pytest.approx([float(r["learning_rate"]) for r in expected])
     reference_metrics = json.loads((reference / "metrics.json").read_text())["train"]
     killed_metrics = json.loads((killed / "metrics.json").read_text())["train"]

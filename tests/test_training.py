@@ -109,17 +109,18 @@ def test_the_train_step_is_traced_once_across_batch_shapes():
 
 def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
     result = run_cli(
-        "train", "-m", "model.num_layers=1,2", "optim.warmup_steps=100", "debug=smoke", "trainer.export=false",
+        "train", "-m", "model.num_layers=1,2", "optim.warmup_steps=100,200", "debug=smoke", "trainer.export=false",
         f"hydra.sweep.dir={tmp_path}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
-    assert jobs == ["0", "1"]
+    assert jobs == ["0", "1", "2", "3"]
     assert all((tmp_path / job / "metrics.json").exists() for job in jobs)
     with open(tmp_path / "summary.csv") as f:
         rows = list(csv.DictReader(f))
     assert [row["overrides"].lower() for row in rows] == [  # Hydra writes booleans as False/True
-        f"model.num_layers={n} optim.warmup_steps=100 debug=smoke trainer.export=false" for n in (1, 2)
+        f"model.num_layers={n} optim.warmup_steps={w} debug=smoke trainer.export=false"
+        for n in (1, 2) for w in (100, 200)
     ]
     assert all(float(row["val.loss"]) > 0 for row in rows)
     assert "| job |" in (tmp_path / "summary.md").read_text()
