@@ -79,14 +79,15 @@ def compile_model(model, cfg, schedule):
     return model
 
 
-def build_translator(model, vocabularies, decode_cfg):
-    """A text-to-text `kmt.export.Translator` with the search settings of `cfg.decode`."""
+def build_translator(model, vocabularies, decode_cfg, beam_size=None):
+    """A text-to-text `kmt.export.Translator` with the search settings of `cfg.decode` (`beam_size`, when given,
+    instead of `decode.beam_size`: 1 for the greedy search that scores val during training)."""
     from kmt.export import Translator
 
     return Translator(
         model,
         vocabularies,
-        beam_size=decode_cfg.beam_size,
+        beam_size=beam_size or decode_cfg.beam_size,
         length_penalty=decode_cfg.length_penalty,
         max_length_a=decode_cfg.max_length_a,
         max_length_b=decode_cfg.max_length_b,

@@ -111,16 +111,64 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             logger.info("resuming after epoch %d at optimizer step %d", epoch, step)
 
 
+def improves(monitor, value, best):
+    """True when `value` of `monitor` beats `best` (None: nothing yet): lower is better for losses, higher for the
+    rest (accuracy, BLEU)."""
+    if best is None:
+        return True
+    return value < best if monitor.endswith("loss") else value > best
+
+
+def best_epoch(directory, monitor):
+    """`{"epoch": E, "monitor": NAME, "value": V}` from `directory/best.json`: the best epoch so far by `monitor`
+    (epochs counted from 1), or None. A best recorded for another metric (the run was resumed with a new
+    trainer.monitor) does not count."""
+    path = Path(directory) / "best.json"
+    if not path.exists():
+        return None
+    best = json.loads(path.read_text())
+    return best if best.get("monitor", "val_loss") == monitor else None
+
+
+def _epochs(count):
+    return f"{count} epoch" + ("" if count == 1 else "s")
+
+
+class StoppedEarly(Exception):
+    """Raised when a resumed run has already used up its patience, so `fit` trains nothing more."""
+
+
 class EpochCheckpoint(keras.callbacks.Callback):
     """Saves `epoch_{NNN}.weights.h5` after every epoch and `best.weights.h5` when `monitor` improves, atomically;
-    keeps the newest `keep` epoch files. Epoch numbers continue across resumed runs, so nothing is overwritten."""
+    keeps the newest `keep` epoch files. Epoch numbers continue across resumed runs, so nothing is overwritten.
 
-    def __init__(self, directory, keep=5, monitor="val_loss"):
+    With `patience`, training stops once that many epochs have passed without a better `monitor` (fairseq's
+    `--patience`, OpenNMT-tf's `early_stopping`). The best epoch is kept in `best.json`, so the count survives a
+    resume: a resumed run whose patience is already spent raises `StoppedEarly` before training a batch.
+    """
+
+    def __init__(self, directory, keep=5, monitor="val_loss", patience=0):
         super().__init__()
         self.directory = Path(directory)
         self.keep = keep
         self.monitor = monitor
-        self.best_path = self.directory / "best.json"
+        self.patience = patience
+
+    def best(self):
+        return best_epoch(self.directory, self.monitor)
+
+    def _patience_spent(self, epochs_done):
+        best = self.best()
+        return bool(self.patience and best and epochs_done - best["epoch"] >= self.patience)
+
+    def on_train_begin(self, logs=None):
+        epochs_done = getattr(self.model, "_initial_epoch", None) or 0  # set by a resume (BackupAndRestore)
+        if self._patience_spent(epochs_done):
+            best = self.best()
+            raise StoppedEarly(
+                f"{self.monitor} has not improved for {_epochs(epochs_done - best['epoch'])} (best {best['value']:.4g} "
+                f"at epoch {best['epoch']}; trainer.patience={self.patience}): nothing more to train"
+            )
 
     def on_epoch_end(self, epoch, logs=None):
         if not finite_loss(logs):
@@ -129,11 +177,51 @@ class EpochCheckpoint(keras.callbacks.Callback):
         save_weights_atomically(self.model, self.directory / f"epoch_{epoch + 1:03d}.weights.h5")
         for stale in sorted(self.directory.glob("epoch_*.weights.h5"))[: -self.keep or None]:
             stale.unlink()
-        value = (logs or {}).get(self.monitor)
-        best = json.loads(self.best_path.read_text())["value"] if self.best_path.exists() else None
-        if value is not None and (best is None or value < best):
+        value, best = (logs or {}).get(self.monitor), self.best()
+        if value is not None and improves(self.monitor, value, best and best["value"]):
             save_weights_atomically(self.model, self.directory / "best.weights.h5")
-            write_json_atomically(self.best_path, {"epoch": epoch + 1, self.monitor: value, "value": value})
+            write_json_atomically(self.directory / "best.json", {"epoch": epoch + 1, "monitor": self.monitor, "value": value})
+        if self._patience_spent(epoch + 1):
+            best = self.best()
+            logger.info(
+                "early stopping after epoch %d: %s has not improved for %s (best %.4g at epoch %d)",
+                epoch + 1, self.monitor, _epochs(epoch + 1 - best["epoch"]), best["value"], best["epoch"],
+            )
+            self.model.stop_training = True
+
+
+class ValidationBLEU(keras.callbacks.Callback):
+    """Adds `val_bleu` to each epoch's logs: sacreBLEU of `translate(sources)` against `references` (fairseq's
+    `--eval-bleu`), for the progress bar, history.csv, TensorBoard and `EpochCheckpoint(monitor="val_bleu")`, so put
+    it before those. Epochs whose loss is not finite are skipped.
+
+    Args:
+        translate: `translate(list of str) -> (translations, scores)` with the weights of `decoder`.
+        sources, references: lists of str, the validation split.
+        decoder: the model `translate` runs, when it is not the trained one (a float32 copy of a mixed-precision
+            model): it takes the trained weights before each decode. Defaults to `None` (the trained model).
+        tokenized: bool. The text is already tokenized, so BLEU splits on spaces only. Defaults to `False`.
+    """
+
+    def __init__(self, translate, sources, references, decoder=None, tokenized=False):
+        super().__init__()
+        self.translate = translate
+        self.sources, self.references = sources, references
+        self.decoder = decoder
+        self.tokenized = tokenized
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is None or not finite_loss(logs):
+            return
+        from kmt.scoring import sacre_scores
+
+        started = time.perf_counter()
+        if self.decoder is not None and self.decoder is not self.model:
+            self.decoder.set_weights(self.model.get_weights())
+        translations, _ = self.translate(self.sources)
+        logs["val_bleu"] = sacre_scores(translations, self.references, self.tokenized)["bleu"]
+        logger.info("epoch %d: val_bleu %.2f (%d sentences translated in %.1f s)", epoch + 1, logs["val_bleu"],
+                    len(self.sources), time.perf_counter() - started)
 
 
 class TrainingStats(keras.callbacks.Callback):

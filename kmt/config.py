@@ -15,6 +15,7 @@ from kmt.errors import ConfigError
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 DATASETS = ("dates", "multi30k", "spa_eng", "parallel")
+MONITORS = ("val_loss", "val_accuracy", "val_bleu")  # what trainer.monitor may name
 
 
 @dataclass
@@ -94,6 +95,11 @@ class TrainerConfig:
     jit_compile: bool = False  # XLA-compile the train step (set data.pad_to_bucket too: one compile per bucket)
     keep_checkpoints: int = 5  # epoch checkpoints kept on disk (the newest); the best is always kept
     average_last: int = 0  # >1: score and export the average of the last N epoch checkpoints (paper, section 6.1)
+    val_bleu: bool = False  # after every epoch, translate val greedily and log its sacreBLEU as val_bleu (fairseq's
+    # --eval-bleu); costs one greedy decode of the val split an epoch
+    monitor: str = "val_loss"  # what picks checkpoints/best.weights.h5 and drives patience: val_loss (lower is
+    # better), val_accuracy or val_bleu (higher is better; needs trainer.val_bleu=true)
+    patience: int = 0  # stop once this many epochs pass without a better trainer.monitor (fairseq's --patience); 0: never
     export: bool = True  # write the SavedModel to <run>/export at the end
     objective: str = "loss"  # val metric train() returns for sweepers: loss, accuracy, bleu, chrf, exact_match
     verbose: int = 1  # Keras progress: 0 silent, 1 progress bar, 2 one line per epoch
@@ -173,6 +179,15 @@ def validate(cfg):
         trainer.objective in ("loss", "accuracy", "bleu", "chrf", "exact_match"),
         f"trainer.objective must be loss, accuracy, bleu, chrf or exact_match. Received: {trainer.objective!r}",
     )
+    _check(
+        trainer.monitor in MONITORS,
+        f"trainer.monitor must be one of {', '.join(MONITORS)}. Received: {trainer.monitor!r}",
+    )
+    _check(
+        trainer.monitor != "val_bleu" or trainer.val_bleu,
+        "trainer.monitor=val_bleu needs trainer.val_bleu=true (BLEU is only computed each epoch then)",
+    )
+    _check(trainer.patience >= 0, f"trainer.patience must be >= 0. Received: {trainer.patience}")
     _check(trainer.max_minutes >= 0, f"trainer.max_minutes must be >= 0. Received: {trainer.max_minutes}")
     _check(data.max_tokens >= 0, f"data.max_tokens must be >= 0. Received: {data.max_tokens}")
     _check(data.bucket_width >= 0, f"data.bucket_width must be >= 0. Received: {data.bucket_width}")

@@ -18,8 +18,11 @@ from kmt.callbacks import (
     EpochCheckpoint,
     HistoryCSV,
     RunLock,
+    StoppedEarly,
     TimeBudget,
     TrainingStats,
+    ValidationBLEU,
+    best_epoch,
     save_weights_atomically,
     write_json_atomically,
 )
@@ -48,17 +51,21 @@ def prepare_vocabularies(cfg, corpus, directory):
     return vocabularies
 
 
-def build_callbacks(cfg, run_dir, tokens_per_epoch):
+def build_callbacks(cfg, run_dir, tokens_per_epoch, val_bleu=None):
+    """The run's callbacks, in the order their epoch-end hooks must run, and its `TrainingStats`. `val_bleu`, a
+    `ValidationBLEU` or None, comes before everything that reads or times the epoch's logs."""
     checkpoints, logs = run_dir / "checkpoints", run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     stats = TrainingStats(tokens_per_epoch)
     callbacks = [
         keras.callbacks.TerminateOnNaN(),
+        *([val_bleu] if val_bleu else []),
         stats,
         HistoryCSV(logs / "history.csv"),  # before the backup: a resume drops rows the backup does not cover
         keras.callbacks.TensorBoard(log_dir=str(logs), write_graph=False),
         AtomicBackupAndRestore(checkpoints / "backup"),  # then the resume state: a kill after it loses nothing
-        EpochCheckpoint(checkpoints, keep=cfg.trainer.keep_checkpoints),
+        EpochCheckpoint(checkpoints, keep=cfg.trainer.keep_checkpoints, monitor=cfg.trainer.monitor,
+                        patience=cfg.trainer.patience),
     ]
     if cfg.trainer.max_minutes:
         callbacks.append(TimeBudget(cfg.trainer.max_minutes * 60, logs / "history.csv"))
@@ -114,9 +121,19 @@ def _train(cfg, run_dir):
         len(splits["train"]), steps_per_epoch,
     )
     log_schedule(schedule, total_steps)
-    callbacks, stats = build_callbacks(cfg, run_dir, epoch.target_tokens)
+    decoder = model  # decoding and the export run in float32 whatever the training precision (see build_model)
+    if cfg.trainer.precision != "float32":
+        decoder = build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size, "float32")
+    val_bleu = None
+    if cfg.trainer.val_bleu:
+        greedy = build_translator(decoder, vocabularies, cfg.decode, beam_size=1)
+        val_bleu = ValidationBLEU(
+            lambda lines: translate_lines(batch_fn(greedy.translate), lines, cfg.decode.batch_size),
+            corpus["val"].source, corpus["val"].target, decoder=decoder, tokenized=cfg.data.tokenized,
+        )
+    callbacks, stats = build_callbacks(cfg, run_dir, epoch.target_tokens, val_bleu)
     interrupt = DeferredInterrupt()  # last: an epoch's backup is written before Ctrl-C is acted on
-    started = time.perf_counter()
+    started, history = time.perf_counter(), None
     try:
         with interrupt.installed():
             history = model.fit(
@@ -132,6 +149,8 @@ def _train(cfg, run_dir):
             raise KeyboardInterrupt
     except KeyboardInterrupt:
         raise Interrupted(model, run_dir) from None
+    except StoppedEarly as stopped:  # a resumed run whose patience was already spent: weights restored, go on
+        logger.info("early stopping: %s", stopped)
     wall_seconds = time.perf_counter() - started
     if schedule.cooldown_steps and int(model.optimizer.iterations) < total_steps:
         logger.warning(
@@ -139,7 +158,7 @@ def _train(cfg, run_dir):
             "learning rate did not cool down; lower trainer.epochs to what trainer.max_minutes holds",
             int(model.optimizer.iterations), total_steps,
         )
-    losses = history.history.get("loss", [])
+    losses = history.history.get("loss", []) if history else []
     if losses and not math.isfinite(losses[-1]):
         raise KmtError(
             f"training diverged: the loss became {losses[-1]} in epoch {len(losses)}; the last good weights are in "
@@ -151,13 +170,12 @@ def _train(cfg, run_dir):
         average_checkpoints(model, paths)
         save_weights_atomically(model, run_dir / "checkpoints" / f"average_last{len(paths)}.weights.h5")
 
-    decoder = model  # decoding and the export run in float32 whatever the training precision (see build_model)
-    if cfg.trainer.precision != "float32":
-        decoder = build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size, "float32")
+    if decoder is not model:
         decoder.set_weights(model.get_weights())
     translator = build_translator(decoder, vocabularies, cfg.decode)
     metrics = {"train": train_stats(epoch, stats, wall_seconds, steps_per_epoch, model)}
     metrics["train"]["averaged_checkpoints"] = max(1, min(cfg.trainer.average_last, len(epoch_checkpoints(run_dir))))
+    metrics["train"]["best"] = best_epoch(run_dir / "checkpoints", cfg.trainer.monitor)
     for name in ("val", "test"):
         if name in splits:
             metrics[name] = evaluate_split(

@@ -168,3 +168,71 @@ def test_an_ignored_sigint_stays_ignored():
         assert not interrupt.requested
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _constant_fit(run_dir, epochs, patience):
+    """Fits a model that cannot learn (learning rate 0, so val_loss never improves) with kmt's resume state and
+    checkpoints under `run_dir`; returns the epochs that ended, or raises what fit raises."""
+    from kmt.callbacks import AtomicBackupAndRestore, EpochCheckpoint
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(learning_rate=0.0), "mse")
+    x, y = np.ones((4, 2), "float32"), np.ones((4, 1), "float32")
+    ran = []
+    counter = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: ran.append(epoch))
+    callbacks = [AtomicBackupAndRestore(run_dir / "backup"),
+                 EpochCheckpoint(run_dir, monitor="val_loss", patience=patience), counter]
+    model.fit(x, y, validation_data=(x, y), batch_size=2, epochs=epochs, callbacks=callbacks, verbose=0)
+    return ran
+
+
+def test_patience_stops_training_and_a_resumed_run_trains_no_more(tmp_path):
+    import json
+
+    from kmt.callbacks import StoppedEarly
+
+    ran = _constant_fit(tmp_path, epochs=10, patience=2)
+    assert ran == [0, 1, 2]  # best at epoch 1 (counted from 1); epochs 2 and 3 did not improve on it
+    assert json.loads((tmp_path / "best.json").read_text())["epoch"] == 1
+    with pytest.raises(StoppedEarly, match="val_loss has not improved for 2 epochs .*trainer.patience=2"):
+        _constant_fit(tmp_path, epochs=10, patience=2)
+    ran = _constant_fit(tmp_path, epochs=10, patience=3)  # more patience: training goes on from epoch 3
+    assert ran == [3]
+
+
+def test_the_best_checkpoint_follows_the_monitor_in_its_direction(tmp_path):
+    from kmt.callbacks import EpochCheckpoint, best_epoch
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    bleu = EpochCheckpoint(tmp_path, monitor="val_bleu")
+    bleu.set_model(model)
+    for epoch, value in enumerate([10.0, 12.0, 11.0]):
+        bleu.on_epoch_end(epoch, {"loss": 1.0, "val_bleu": value, "val_loss": 3.0 - epoch})
+    assert best_epoch(tmp_path, "val_bleu") == {"epoch": 2, "monitor": "val_bleu", "value": 12.0}
+    assert best_epoch(tmp_path, "val_loss") is None  # a best by another metric does not count
+    loss = EpochCheckpoint(tmp_path, monitor="val_loss")  # the run resumed with trainer.monitor=val_loss
+    loss.set_model(model)
+    loss.on_epoch_end(3, {"loss": 1.0, "val_loss": 5.0})
+    loss.on_epoch_end(4, {"loss": 1.0, "val_loss": 4.0})
+    assert best_epoch(tmp_path, "val_loss")["epoch"] == 5
+
+
+def test_validation_bleu_scores_the_trained_weights_in_the_decoding_copy(tmp_path):
+    from kmt.callbacks import ValidationBLEU
+
+    trained = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    decoder = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    references = ["a small dog runs", "two people sit on a bench"]
+
+    def translate(lines):  # right only once the decoder holds the trained weights
+        same = all(np.array_equal(a, b) for a, b in zip(decoder.get_weights(), trained.get_weights()))
+        return (references if same else ["x"] * len(lines)), [0.0] * len(lines)
+
+    callback = ValidationBLEU(translate, ["source one", "source two"], references, decoder=decoder)
+    callback.set_model(trained)
+    logs = {"loss": 1.0}
+    callback.on_epoch_end(0, logs)
+    assert logs["val_bleu"] == pytest.approx(100.0)
+    diverged = {"loss": float("nan")}
+    callback.on_epoch_end(1, diverged)
+    assert "val_bleu" not in diverged

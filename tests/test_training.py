@@ -54,6 +54,24 @@ def test_train_returns_the_validation_objective(tmp_path):
     assert value == pytest.approx(metrics["val"]["accuracy"])
 
 
+def test_val_bleu_is_logged_every_epoch_and_picks_the_best_checkpoint(tmp_path):
+    cfg = compose_config("trainer.epochs=2", "trainer.val_bleu=true", "trainer.monitor=val_bleu",
+                         "trainer.precision=mixed_bfloat16", "trainer.export=false")
+    train(cfg, tmp_path)
+    history = _history(tmp_path)
+    scores = [float(row["val_bleu"]) for row in history]
+    assert len(scores) == 2 and all(score >= 0 for score in scores)
+    best = json.loads((tmp_path / "checkpoints" / "best.json").read_text())
+    assert best["monitor"] == "val_bleu" and best["value"] == max(scores)
+    assert best["epoch"] == 1 + scores.index(max(scores))
+    train_metrics = json.loads((tmp_path / "metrics.json").read_text())["train"]
+    assert train_metrics["best"] == best
+    # The last epoch's val_bleu is greedy BLEU of the final (float32 copy of the) weights, which the end-of-run
+    # scoring also decodes greedily under debug=smoke: the two must agree.
+    val_metrics = json.loads((tmp_path / "metrics.json").read_text())["val"]
+    assert scores[-1] == pytest.approx(val_metrics["bleu"])
+
+
 def test_cooldown_ends_with_the_run_and_a_cut_short_one_says_so(tmp_path, caplog):
     caplog.set_level("INFO", logger="kmt.training")
     train(compose_config("trainer.epochs=2", "optim.cooldown=0.5", "trainer.export=false"), tmp_path / "full")
@@ -139,6 +157,9 @@ def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
         ("data.subword_sampling=0.5 data.tokenizer.model_type=bpe", "needs data.tokenizer.model_type=unigram"),
         ("data.tokenized=true", "data.tokenized applies to data=multi30k only. Received: data.tokenized=true with "
                                 "data=dates"),
+        ("trainer.monitor=bleu", "trainer.monitor must be one of val_loss, val_accuracy, val_bleu. Received: 'bleu'"),
+        ("trainer.monitor=val_bleu", "trainer.monitor=val_bleu needs trainer.val_bleu=true"),
+        ("trainer.patience=-1", "trainer.patience must be >= 0. Received: -1"),
     ],
 )
 def test_bad_values_are_rejected_before_any_data_is_read(override, message):
