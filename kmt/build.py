@@ -42,22 +42,25 @@ def build_model(model_cfg, source_vocab_size, target_vocab_size, dtype_policy=No
 
 def build_schedule(optim_cfg, hidden_dim, total_steps):
     """The Noam schedule of `optim_cfg` for a run of `total_steps` updates, cooled down over the last
-    `optim.cooldown` of them when that is set."""
+    `optim.cooldown` of them when that is set, counting updates of `optim.gradient_accumulation_steps` batches."""
     cooldown_steps = max(1, round(optim_cfg.cooldown * total_steps)) if optim_cfg.cooldown else 0
     return NoamSchedule(
         hidden_dim, warmup_steps=optim_cfg.warmup_steps, scale=optim_cfg.lr_scale, total_steps=total_steps,
-        cooldown_steps=cooldown_steps,
+        cooldown_steps=cooldown_steps, gradient_accumulation_steps=optim_cfg.gradient_accumulation_steps,
     )
 
 
 def build_optimizer(optim_cfg, schedule):
-    """Adam with the paper's betas and epsilon, driven by `schedule` (see `build_schedule`)."""
+    """Adam with the paper's betas and epsilon, driven by `schedule` (see `build_schedule`), updating the weights
+    with the mean gradient of every `optim.gradient_accumulation_steps` batches. Its `iterations` count updates."""
     return keras.optimizers.Adam(
         learning_rate=schedule,
         beta_1=optim_cfg.beta_1,
         beta_2=optim_cfg.beta_2,
         epsilon=optim_cfg.epsilon,
         global_clipnorm=optim_cfg.clipnorm,
+        gradient_accumulation_steps=optim_cfg.gradient_accumulation_steps if optim_cfg.gradient_accumulation_steps > 1
+        else None,
     )
 
 

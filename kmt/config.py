@@ -85,6 +85,8 @@ class OptimConfig:
     label_smoothing: float = 0.1  # epsilon_ls of the paper
     clipnorm: Optional[float] = None  # clip gradients to this global norm; None: no clipping
     cooldown: float = 0.0  # last fraction of the run's updates (trainer.epochs) in which the rate falls linearly to ~0
+    gradient_accumulation_steps: int = 1  # batches whose mean gradient makes one update (fairseq's --update-freq):
+    # N x data.max_tokens tokens an update on a machine that holds one batch; warmup_steps and cooldown count updates
 
 
 @dataclass
@@ -168,6 +170,10 @@ def validate(cfg):
         f"optim.label_smoothing must be in [0, 1). Received: {optim.label_smoothing}",
     )
     _check(optim.warmup_steps > 0, f"optim.warmup_steps must be positive. Received: {optim.warmup_steps}")
+    _check(
+        optim.gradient_accumulation_steps > 0,
+        f"optim.gradient_accumulation_steps must be positive. Received: {optim.gradient_accumulation_steps}",
+    )
     _check(optim.lr_scale > 0, f"optim.lr_scale must be positive. Received: {optim.lr_scale}")
     _check(0.0 <= optim.cooldown <= 1.0, f"optim.cooldown must be in [0, 1]. Received: {optim.cooldown}")
     _check(trainer.epochs > 0, f"trainer.epochs must be positive. Received: {trainer.epochs}")

@@ -18,6 +18,10 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
     for runs whose length is fixed in advance. Steps past `total_steps` (a run trained further) keep the final
     update's factor.
 
+    Keras calls a schedule with the optimizer's batch counter. With gradient accumulation an update takes
+    `gradient_accumulation_steps` batches, so `step` above is the update, `batch // gradient_accumulation_steps`,
+    and `warmup_steps`, `total_steps` and `cooldown_steps` all count updates, as in fairseq with `--update-freq`.
+
     Args:
         hidden_dim: int. Model size d_model.
         warmup_steps: int. Steps of linear warm-up. Defaults to `4000`, the paper's.
@@ -25,6 +29,8 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
             data). Defaults to `1.0`.
         total_steps: int or None. The run's number of updates; needed with `cooldown_steps`. Defaults to `None`.
         cooldown_steps: int. Final updates of the linear cool-down; `0` (the default) is the paper's schedule.
+        gradient_accumulation_steps: int. Batches per update, the optimizer's `gradient_accumulation_steps`.
+            Defaults to `1`.
 
     Example:
     >>> schedule = NoamSchedule(hidden_dim=512, warmup_steps=4000)
@@ -35,11 +41,13 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
     0.5005
     """
 
-    def __init__(self, hidden_dim, warmup_steps=4000, scale=1.0, total_steps=None, cooldown_steps=0):
-        if hidden_dim <= 0 or warmup_steps <= 0 or scale <= 0:
+    def __init__(self, hidden_dim, warmup_steps=4000, scale=1.0, total_steps=None, cooldown_steps=0,
+                 gradient_accumulation_steps=1):
+        if hidden_dim <= 0 or warmup_steps <= 0 or scale <= 0 or gradient_accumulation_steps <= 0:
             raise ValueError(
-                "hidden_dim, warmup_steps and scale must be positive. "
-                f"Received: hidden_dim={hidden_dim}, warmup_steps={warmup_steps}, scale={scale}"
+                "hidden_dim, warmup_steps, scale and gradient_accumulation_steps must be positive. "
+                f"Received: hidden_dim={hidden_dim}, warmup_steps={warmup_steps}, scale={scale}, "
+                f"gradient_accumulation_steps={gradient_accumulation_steps}"
             )
         if cooldown_steps < 0 or (cooldown_steps and (total_steps is None or not 0 < cooldown_steps <= total_steps)):
             raise ValueError(
@@ -51,9 +59,10 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.scale = scale
         self.total_steps = total_steps
         self.cooldown_steps = cooldown_steps
+        self.gradient_accumulation_steps = gradient_accumulation_steps
 
-    def __call__(self, step):
-        step = ops.cast(step, "float32") + 1.0
+    def __call__(self, batch):
+        step = ops.floor(ops.cast(batch, "float32") / self.gradient_accumulation_steps) + 1.0  # the update, from 1
         decay = ops.minimum(ops.rsqrt(step), step * self.warmup_steps**-1.5)
         rate = self.scale * self.hidden_dim**-0.5 * decay
         if self.cooldown_steps:
@@ -68,4 +77,5 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
             "scale": self.scale,
             "total_steps": self.total_steps,
             "cooldown_steps": self.cooldown_steps,
+            "gradient_accumulation_steps": self.gradient_accumulation_steps,
         }

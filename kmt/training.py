@@ -105,20 +105,26 @@ def _train(cfg, run_dir):
             "subword sampling (alpha %g): a pass draws %.1f%% more target tokens than the best segmentation",
             cfg.data.subword_sampling, 100 * (epoch.target_tokens / splits["train"].target_tokens - 1),
         )
-    steps_per_epoch = count_batches(epoch, max_length, cfg.data.max_tokens, cfg.data.batch_size,
-                                    cfg.data.bucket_width, repeated=True)
+    # An epoch is a whole number of updates, so epochs (checkpoints, the resume state) never end mid-accumulation;
+    # the stream repeats, so the few batches this leaves out start the next epoch.
+    accumulation = cfg.optim.gradient_accumulation_steps
+    batches = count_batches(epoch, max_length, cfg.data.max_tokens, cfg.data.batch_size, cfg.data.bucket_width,
+                            repeated=True)
+    updates_per_epoch = max(1, batches // accumulation)
+    steps_per_epoch = updates_per_epoch * accumulation  # batches, what model.fit counts as steps
     train_data = make_dataset(splits["train"], **batching, shuffle=True, seed=cfg.seed, repeat=True,
                               resegment=resegment)
     val_data = make_dataset(splits["val"], **batching)
 
-    total_steps = cfg.trainer.epochs * steps_per_epoch
+    total_steps = cfg.trainer.epochs * updates_per_epoch  # updates, what the schedule and optimizer count
     schedule = build_schedule(cfg.optim, cfg.model.hidden_dim, total_steps)
     model = compile_model(
         build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size), cfg, schedule
     )
     logger.info(
-        "model: %s parameters; %d training pairs, %d steps an epoch", f"{model.count_params():,}",
+        "model: %s parameters; %d training pairs, %d steps an epoch%s", f"{model.count_params():,}",
         len(splits["train"]), steps_per_epoch,
+        f" ({updates_per_epoch} updates of {accumulation} batches each)" if accumulation > 1 else "",
     )
     log_schedule(schedule, total_steps)
     decoder = model  # decoding and the export run in float32 whatever the training precision (see build_model)
@@ -173,7 +179,7 @@ def _train(cfg, run_dir):
     if decoder is not model:
         decoder.set_weights(model.get_weights())
     translator = build_translator(decoder, vocabularies, cfg.decode)
-    metrics = {"train": train_stats(epoch, stats, wall_seconds, steps_per_epoch, model)}
+    metrics = {"train": train_stats(epoch, stats, wall_seconds, updates_per_epoch, model)}
     metrics["train"]["averaged_checkpoints"] = max(1, min(cfg.trainer.average_last, len(epoch_checkpoints(run_dir))))
     metrics["train"]["best"] = best_epoch(run_dir / "checkpoints", cfg.trainer.monitor)
     for name in ("val", "test"):
@@ -208,23 +214,24 @@ class Interrupted(KmtError):
 
 def log_schedule(schedule, total_steps):
     """Logs the learning rate's peak, its cool-down if any, and its value at the run's last update."""
-    peak = float(schedule(schedule.warmup_steps - 1))
+    rate = lambda update: float(schedule(update * schedule.gradient_accumulation_steps))  # noqa: E731 (batch-indexed)
+    peak = rate(schedule.warmup_steps - 1)
     message = f"learning rate: peak {peak:.3g} at update {schedule.warmup_steps:,}"
     if schedule.cooldown_steps:
         message += f", cooled down linearly over the last {schedule.cooldown_steps:,} updates"
-    message += f", {float(schedule(total_steps - 1)):.2g} at update {total_steps:,} (trainer.epochs)"
+    message += f", {rate(total_steps - 1):.2g} at update {total_steps:,} (trainer.epochs)"
     logger.info(message)
 
 
-def train_stats(split, stats, wall_seconds, steps_per_epoch, model):
+def train_stats(split, stats, wall_seconds, updates_per_epoch, model):
     """Throughput of this invocation: target tokens per second of training, leaving out the first epoch (which
-    pays for tracing and compilation) when there are more. `epochs` and `steps` count the whole run."""
+    pays for tracing and compilation) when there are more. `epochs` and `steps` (updates) count the whole run."""
     seconds = stats.epoch_seconds[1:] or stats.epoch_seconds
     steps = int(ops.convert_to_numpy(model.optimizer.iterations))
     return {
         "tokens_per_second": split.target_tokens * len(seconds) / sum(seconds) if seconds else None,
         "wall_seconds": wall_seconds,
-        "epochs": steps // steps_per_epoch,
+        "epochs": steps // updates_per_epoch,
         "steps": steps,
         "parameters": model.count_params(),
     }

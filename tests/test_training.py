@@ -101,6 +101,57 @@ def test_subword_sampling_trains_on_longer_drawn_segmentations(tmp_path, caplog)
     assert metrics["train"]["steps"] > 0 and metrics["val"]["loss"] > 0
 
 
+def test_accumulated_batches_make_one_update_with_their_mean_gradient():
+    import numpy as np
+
+    no_dropout = ["model.dropout=0", "model.attention_dropout=0", "model.activation_dropout=0"]
+    rng = np.random.default_rng(0)
+    source, target = rng.integers(1, 40, (4, 6), dtype="int32"), rng.integers(1, 40, (4, 7), dtype="int32")
+    halves = [({"source": source[i : i + 2], "target_in": target[i : i + 2, :-1]}, target[i : i + 2, 1:])
+              for i in (0, 2)]  # two batches of 2 sentences, no padding: 12 target tokens each
+
+    def trained(accumulation, batches):
+        cfg = compose_config(*no_dropout, f"optim.gradient_accumulation_steps={accumulation}")
+        schedule = build_schedule(cfg.optim, cfg.model.hidden_dim, total_steps=10)
+        model = compile_model(build_model(cfg.model, 40, 40), cfg, schedule)
+        model.set_weights(initial)
+        for inputs, outputs in batches:
+            model.train_on_batch(inputs, outputs)
+            yield model, int(model.optimizer.iterations)
+
+    cfg = compose_config(*no_dropout)
+    initial = build_model(cfg.model, 40, 40).get_weights()
+    (_, after_first), (accumulated, updates) = trained(2, halves)
+    assert after_first == 0 and updates == 1
+    [(whole, _)] = trained(1, [({"source": source, "target_in": target[:, :-1]}, target[:, 1:])])
+    # The loss is a mean over target tokens, so one batch of all 4 sentences has the mean gradient of the halves,
+    # and both runs take their first update at the same learning rate.
+    # Attention key biases are left out: their gradient is zero in exact arithmetic (softmax ignores a shift shared by
+    # all keys), and Adam's first update, about lr * g / |g|, turns the rounding noise left in it into +-lr.
+    compared = [i for i, v in enumerate(whole.weights) if not v.path.endswith("key/bias")]
+    assert len(compared) == len(whole.weights) - 3
+    moved = [np.abs(whole.get_weights()[i] - initial[i]).max() for i in compared]
+    assert min(moved) > 1e-3  # every compared weight took its step
+    for i in compared:
+        np.testing.assert_allclose(accumulated.get_weights()[i], whole.get_weights()[i], atol=1e-6)
+
+
+def test_a_resumed_accumulating_run_continues_at_the_same_update(tmp_path, caplog):
+    caplog.set_level("INFO")
+    accumulating = ["optim.gradient_accumulation_steps=2", "trainer.export=false"]
+    train(compose_config("trainer.epochs=2", *accumulating), tmp_path / "straight")
+    train(compose_config("trainer.epochs=1", *accumulating), tmp_path / "resumed")
+    train(compose_config("trainer.epochs=2", *accumulating), tmp_path / "resumed")
+    assert re.search(r"\d+ steps an epoch \((\d+) updates of 2 batches each\)", caplog.text)
+    updates = int(re.search(r"\((\d+) updates of 2 batches", caplog.text).group(1))
+    assert f"resuming after epoch 1 at optimizer step {updates}" in caplog.text
+    straight, resumed = (json.loads((tmp_path / run / "metrics.json").read_text())["train"]
+                         for run in ("straight", "resumed"))
+    assert straight["steps"] == resumed["steps"] == 2 * updates and resumed["epochs"] == 2
+    rates = [[float(row["learning_rate"]) for row in _history(tmp_path / run)] for run in ("straight", "resumed")]
+    assert rates[0] == pytest.approx(rates[1]) and rates[0][0] < rates[0][1]
+
+
 def test_the_train_step_is_traced_once_across_batch_shapes():
     import tensorflow as tf
 
@@ -160,6 +211,7 @@ def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
         ("trainer.monitor=bleu", "trainer.monitor must be one of val_loss, val_accuracy, val_bleu. Received: 'bleu'"),
         ("trainer.monitor=val_bleu", "trainer.monitor=val_bleu needs trainer.val_bleu=true"),
         ("trainer.patience=-1", "trainer.patience must be >= 0. Received: -1"),
+        ("optim.gradient_accumulation_steps=0", "optim.gradient_accumulation_steps must be positive. Received: 0"),
     ],
 )
 def test_bad_values_are_rejected_before_any_data_is_read(override, message):
