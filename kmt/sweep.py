@@ -8,6 +8,8 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
+from kmt.curves import plot_curves, read_history
+
 logger = logging.getLogger(__name__)
 
 
@@ -22,7 +24,8 @@ def _flatten(metrics, prefix=""):
 
 
 def summarize(sweep_dir):
-    """Reads every `<sweep_dir>/<job>/metrics.json` and writes `summary.csv` and `summary.md` there.
+    """Reads every `<sweep_dir>/<job>/metrics.json` and writes `summary.csv` and `summary.md` there, and every
+    job's learning curves to `summary.png`, one colour per job, labelled with the overrides that set it apart.
 
     Returns the rows. A job that failed (no metrics.json) still gets a row, with status "failed".
     """
@@ -50,6 +53,14 @@ def summarize(sweep_dir):
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |" for row in rows]
     (sweep_dir / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    shared = set.intersection(*(set(row["overrides"].split()) for row in rows)) if len(rows) > 1 else set()
+    histories = {
+        f"{row['job']}: {' '.join(o for o in row['overrides'].split() if o not in shared)}".rstrip(": "):
+            read_history(sweep_dir / str(row["job"]))
+        for row in rows if (sweep_dir / str(row["job"]) / "logs" / "history.csv").exists()
+    }
+    if histories:
+        plot_curves(histories, sweep_dir / "summary.png", title=f"sweep {sweep_dir.name}")
     return rows
 
 

@@ -27,6 +27,7 @@ from kmt.callbacks import (
     write_json_atomically,
 )
 from kmt.checkpoints import average_checkpoints, epoch_checkpoints
+from kmt.curves import plot_curves, read_history
 from kmt.data import load_corpus
 from kmt.data.pipeline import count_batches, encode_split, make_dataset, resample, subword_sampler
 from kmt.errors import KmtError
@@ -164,6 +165,10 @@ def _train(cfg, run_dir):
             "learning rate did not cool down; lower trainer.epochs to what trainer.max_minutes holds",
             int(model.optimizer.iterations), total_steps,
         )
+    if (run_dir / "logs" / "history.csv").exists():
+        curves = plot_curves({run_dir.name: read_history(run_dir)}, run_dir / "logs" / "curves.png",
+                             title=f"{cfg.name}: {run_dir.name}")
+        logger.info("learning curves: %s", curves)
     losses = history.history.get("loss", []) if history else []
     if losses and not math.isfinite(losses[-1]):
         raise KmtError(

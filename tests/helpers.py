@@ -25,3 +25,13 @@ def run_cli(module, *args, cwd=None, input=None, timeout=600):
         [sys.executable, "-m", f"kmt.cli.{module}", *map(str, args)],
         cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout, env=env,
     )
+
+
+def pixels_of_color(png, color):
+    """How many pixels of the image file `png` have the colour `color` ("#rrggbb"), to within rounding."""
+    import matplotlib.image
+    import numpy as np
+
+    image = matplotlib.image.imread(png)
+    rgb = np.array([int(color[i : i + 2], 16) for i in (1, 3, 5)]) / 255
+    return int((np.abs(image[..., :3] - rgb).max(axis=-1) < 0.02).sum())

@@ -11,7 +11,7 @@ from kmt.build import build_model, build_schedule, compile_model
 from kmt.config import validate
 from kmt.errors import ConfigError, DataError
 from kmt.training import train
-from tests.helpers import compose_config, run_cli
+from tests.helpers import compose_config, pixels_of_color, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +26,8 @@ def test_smoke_run_makes_every_file_and_resumes(tmp_path):
     result = run_cli("train", "debug=smoke", f"hydra.run.dir={run_dir}")
     assert result.returncode == 0, result.stderr[-3000:]
     for path in [".hydra/config.yaml", "config.yaml", "tokenizer/joint.model", "checkpoints/epoch_001.weights.h5",
-                 "checkpoints/best.weights.h5", "logs/history.csv", "model.keras", "metrics.json", "train.log"]:
+                 "checkpoints/best.weights.h5", "logs/history.csv", "logs/curves.png", "model.keras", "metrics.json",
+                 "train.log"]:
         assert (run_dir / path).exists(), path
     assert list((run_dir / "logs").glob("train/events.out.tfevents.*"))
     metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -193,6 +194,8 @@ def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
     ]
     assert all(float(row["val.loss"]) > 0 for row in rows)
     assert "| job |" in (tmp_path / "summary.md").read_text()
+    colors = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")  # matplotlib's C0-C3: one per job
+    assert all(pixels_of_color(tmp_path / "summary.png", color) > 30 for color in colors)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,59 @@
+"""Learning curves: history.csv read back per epoch, drawn one colour per run, and the kmt-plot command."""
+
+import csv
+
+import pytest
+
+from kmt.curves import plot_curves, read_history
+from kmt.errors import KmtError
+from tests.helpers import pixels_of_color, run_cli
+
+
+def _run(tmp_path, name, rows):
+    """A run directory whose logs/history.csv holds `rows` (dicts with the same keys, `epoch` from 0)."""
+    run = tmp_path / name
+    (run / "logs").mkdir(parents=True)
+    with open(run / "logs" / "history.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return run
+
+
+def _epochs(count, bleu=True):
+    return [{"epoch": e, "loss": 4.0 / (e + 1), "val_loss": 4.5 / (e + 1), "val_accuracy": 0.1 * e,
+             "learning_rate": 1e-3 * (e + 1), **({"val_bleu": 5.0 * e if e != 1 else ""} if bleu else {})}
+            for e in range(count)]
+
+
+def test_history_is_read_per_epoch_from_one_with_gaps_kept(tmp_path):
+    history = read_history(_run(tmp_path, "run", _epochs(3)))
+    assert history["epoch"] == [1, 2, 3]
+    assert history["loss"] == pytest.approx([4.0, 2.0, 4.0 / 3])
+    assert history["val_bleu"] == [0.0, None, 10.0]  # a missing value stays missing, not 0
+
+
+def test_each_run_is_drawn_in_its_own_colour(tmp_path):
+    import matplotlib.image
+
+    first, second = _run(tmp_path, "a", _epochs(4)), _run(tmp_path, "b", _epochs(6, bleu=False))
+    path = plot_curves({"a": read_history(first), "b": read_history(second)}, tmp_path / "out" / "curves.png")
+    assert matplotlib.image.imread(path).shape[:2] == (380, 1500)  # three 5 x 3.8 inch panels at 100 dpi
+    assert pixels_of_color(path, "#1f77b4") > 100 and pixels_of_color(path, "#ff7f0e") > 100  # matplotlib's C0, C1
+    only_first = plot_curves({"a": read_history(first)}, tmp_path / "one.png")
+    assert pixels_of_color(only_first, "#ff7f0e") == 0
+
+
+def test_a_directory_without_history_is_a_clear_error(tmp_path):
+    with pytest.raises(KmtError, match=f"{tmp_path}/logs/history.csv does not exist"):
+        read_history(tmp_path)
+
+
+def test_kmt_plot_writes_into_the_run_and_fails_in_one_line(tmp_path):
+    run = _run(tmp_path, "run", _epochs(2))
+    result = run_cli("plot", run)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == str(run / "logs" / "curves.png") and (run / "logs" / "curves.png").is_file()
+    missing = run_cli("plot", run, tmp_path / "nope", "--output", tmp_path / "both.png")
+    assert missing.returncode == 2 and not (tmp_path / "both.png").exists()
+    assert missing.stderr.strip().splitlines()[-1].startswith(f"error: {tmp_path / 'nope'}/logs/history.csv")
