@@ -180,7 +180,8 @@ class EpochCheckpoint(keras.callbacks.Callback):
         value, best = (logs or {}).get(self.monitor), self.best()
         if value is not None and improves(self.monitor, value, best and best["value"]):
             save_weights_atomically(self.model, self.directory / "best.weights.h5")
-            write_json_atomically(self.directory / "best.json", {"epoch": epoch + 1, "monitor": self.monitor, "value": value})
+            best = {"epoch": epoch + 1, "monitor": self.monitor, "value": value}
+            write_json_atomically(self.directory / "best.json", best)
         if self._patience_spent(epoch + 1):
             best = self.best()
             logger.info(

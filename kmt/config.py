@@ -101,7 +101,8 @@ class TrainerConfig:
     # --eval-bleu); costs one greedy decode of the val split an epoch
     monitor: str = "val_loss"  # what picks checkpoints/best.weights.h5 and drives patience: val_loss (lower is
     # better), val_accuracy or val_bleu (higher is better; needs trainer.val_bleu=true)
-    patience: int = 0  # stop once this many epochs pass without a better trainer.monitor (fairseq's --patience); 0: never
+    patience: int = 0  # stop once this many epochs pass without a better trainer.monitor (fairseq's --patience);
+    # 0: never
     export: bool = True  # write the SavedModel to <run>/export at the end
     objective: str = "loss"  # val metric train() returns for sweepers: loss, accuracy, bleu, chrf, exact_match
     verbose: int = 1  # Keras progress: 0 silent, 1 progress bar, 2 one line per epoch

@@ -49,6 +49,48 @@ def tokenized_bleu(hypotheses, tokenized_references, lang):
     return {"tokenized_bleu": score.score, "tokenized_bleu_signature": str(bleu.get_signature())}
 
 
+def paired_bootstrap(systems, references, tokenized=False, tokenized_references=None, lang="en", samples=1000):
+    """sacreBLEU's paired bootstrap resampling (Koehn, 2004) of several systems' outputs on one test set.
+
+    Args:
+        systems: dict of name -> hypotheses (lists of str, line-aligned with `references`); the first is the
+            baseline the others are tested against.
+        references: list of str.
+        tokenized: bool. Text already tokenized (as in `sacre_scores`). Defaults to `False`.
+        tokenized_references: list of str or None. Also test `tokenized_bleu` against these. Defaults to `None`.
+        lang: str. Moses tokenization language for `tokenized_references`. Defaults to `"en"`.
+        samples: int. Bootstrap resamples. Defaults to `1000`, sacreBLEU's.
+
+    Returns:
+        `(results, signatures)`: `{name: {metric: {"score", "mean", "ci", "p"}}}` for the metrics `bleu`, `chrf`
+        (and `tokenized_bleu`): the corpus score, the bootstrap mean and the half-width of its 95% confidence
+        interval, and the p-value of the system's difference from the baseline (None for the baseline); and
+        `{metric: signature}`. The resampling is seeded (`SACREBLEU_SEED`, 12345 unless set), so it reproduces.
+    """
+    from sacrebleu.significance import PairedTest
+
+    tests = {
+        "bleu": (BLEU(tokenize="none", force=True) if tokenized else BLEU(), references, None),
+        "chrf": (CHRF(), references, None),
+    }
+    if tokenized_references is not None:
+        tests["tokenized_bleu"] = (BLEU(tokenize="none", force=True), tokenized_references,
+                                   lambda hypotheses: moses_tokenize(hypotheses, lang))
+    results = {name: {} for name in systems}
+    signatures = {}
+    for key, (metric, metric_references, prepare) in tests.items():
+        named = [(name, prepare(hypotheses) if prepare else hypotheses) for name, hypotheses in systems.items()]
+        test = PairedTest(named, {key: metric}, [metric_references], test_type="bs", n_samples=samples)
+        signature, scores = test()
+        [column] = [name for name in scores if name != "System"]
+        signatures[key] = str(signature[column])
+        for name, result in zip(scores["System"], scores[column]):
+            results[name][key] = {field: None if value is None else float(value) for field, value in
+                                  (("score", result.score), ("mean", result.mean), ("ci", result.ci),
+                                   ("p", result.p_value))}
+    return results, signatures
+
+
 def exact_match(hypotheses, references):
     """Share of hypotheses equal to their reference after stripping outer whitespace."""
     if not references:

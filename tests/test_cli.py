@@ -41,6 +41,30 @@ def test_evaluate_prints_sacrebleu_scores_with_signatures(smoke_run, tmp_path):
     assert "hyp/ref length" in text.stdout and scores["length_ratio"] > 0
 
 
+def test_evaluate_compares_systems_with_paired_bootstrap(smoke_run, tmp_path):
+    from kmt.data.dates import generate_date_pairs
+
+    pairs = generate_date_pairs(60, seed=7)
+    source, reference, perfect = tmp_path / "test.src", tmp_path / "test.tgt", tmp_path / "perfect.txt"
+    source.write_text("".join(f"{s}\n" for s, _ in pairs))
+    reference.write_text("".join(f"{t}\n" for _, t in pairs))
+    perfect.write_text(reference.read_text())
+    result = run_cli("evaluate", smoke_run / "export", "--source", source, "--reference", reference,
+                     "--compare", perfect, "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    scores = json.loads(result.stdout.strip().splitlines()[-1])
+    baseline, best = scores["compare"][str(smoke_run / "export")], scores["compare"][str(perfect)]
+    assert baseline["bleu"]["score"] == pytest.approx(scores["bleu"]) and baseline["bleu"]["p"] is None
+    assert best["bleu"]["score"] == pytest.approx(100.0) and best["chrf"]["p"] < 0.01
+    assert "bs:1000" in scores["compare_signatures"]["bleu"]
+    short = tmp_path / "short.txt"
+    short.write_text("1996-03-05\n")
+    mismatched = run_cli("evaluate", smoke_run / "export", "--source", source, "--reference", reference,
+                         "--compare", short)
+    assert mismatched.returncode == 2
+    assert mismatched.stderr.strip().splitlines()[-1] == f"error: {short} has 1 lines but {source} has 60"
+
+
 def test_evaluate_rejects_mismatched_files(smoke_run, tmp_path):
     (tmp_path / "a").write_text("one\ntwo\n")
     (tmp_path / "b").write_text("eins\n")

@@ -2,12 +2,15 @@
 
 Prints sacreBLEU BLEU and chrF on raw text with their signatures. With `--tokenized-reference` (for Multi30k,
 `$KMT_DATA_DIR/multi30k/tok/test_2016_flickr.lc.norm.tok.de`) it also prints the lowercased, Moses-tokenized
-BLEU that published Multi30k results use; the two conventions are not comparable.
+BLEU that published Multi30k results use; the two conventions are not comparable. With `--compare`, it also tests
+other systems against this one on the same sentences (sacreBLEU's paired bootstrap: each score's 95% confidence
+interval, and the p-value of each difference).
 
 Example:
     kmt-evaluate runs/multi30k/<time>/export --source $KMT_DATA_DIR/multi30k/test_2016_flickr.en \\
         --reference $KMT_DATA_DIR/multi30k/test_2016_flickr.de \\
         --tokenized-reference $KMT_DATA_DIR/multi30k/tok/test_2016_flickr.lc.norm.tok.de
+    kmt-evaluate runs/a/export --source test.en --reference test.de --compare runs/b/export other_system.de
 """
 
 import argparse
@@ -18,7 +21,7 @@ from kmt.cli.common import load_export, setup_logging
 from kmt.cli.errors import exit_on_user_error
 from kmt.data.sources import read_lines, read_parallel
 from kmt.errors import DataError
-from kmt.scoring import tokenized_bleu, translation_scores
+from kmt.scoring import paired_bootstrap, tokenized_bleu, translation_scores
 from kmt.translation import batch_fn, translate_lines
 
 
@@ -38,6 +41,9 @@ def parse_args(argv=None):
     parser.add_argument("--lang", help="target language for Moses tokenization of the output, with "
                                        "--tokenized-reference (default: the reference's suffix)")
     parser.add_argument("--hypotheses", help="also write the translations to this file")
+    parser.add_argument("--compare", nargs="+", metavar="SYSTEM",
+                        help="other systems to test against this one, each a SavedModel directory or a file of "
+                             "translations of --source, one per line (paired bootstrap, 1,000 resamples)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default: 64)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--verbose", action="store_true", help="log progress to stderr")
@@ -54,14 +60,31 @@ def main(argv=None):
             raise DataError(
                 f"{args.tokenized_reference} has {len(tokenized)} lines but {args.reference} has {len(test)}"
             )
+        for system in args.compare or []:
+            if Path(system).is_dir() and not _is_export(system):
+                raise DataError(f"{system} is a directory without saved_model.pb; --compare takes SavedModel "
+                                "directories and files of translations")
+        others = {system: read_lines(system) for system in args.compare or [] if not _is_export(system)}
+        for system, lines in others.items():
+            if len(lines) != len(test):
+                raise DataError(f"{system} has {len(lines)} lines but {args.source} has {len(test)}")
     translate = load_export(args.export_dir)
     hypotheses, _ = translate_lines(batch_fn(translate), test.source, args.batch_size, progress=args.verbose)
     if args.hypotheses:
         Path(args.hypotheses).write_text("".join(h.replace("\n", " ") + "\n" for h in hypotheses), encoding="utf-8")
     scores = translation_scores(hypotheses, test.target, args.tokenized) | {"sentences": len(test)}
+    lang = args.lang or Path(args.reference).suffix.lstrip(".") or "en"
     if tokenized is not None:
-        lang = args.lang or Path(args.reference).suffix.lstrip(".") or "en"
         scores |= tokenized_bleu(hypotheses, tokenized, lang)
+    if args.compare:
+        systems = {args.export_dir: hypotheses}
+        for system in args.compare:
+            if system not in others:
+                others[system], _ = translate_lines(batch_fn(load_export(system)), test.source, args.batch_size,
+                                                    progress=args.verbose)
+            systems[system] = others[system]
+        results, signatures = paired_bootstrap(systems, test.target, args.tokenized, tokenized, lang)
+        scores |= {"compare": results, "compare_signatures": signatures}
     if args.json:
         print(json.dumps(scores))
         return
@@ -71,6 +94,31 @@ def main(argv=None):
         print(f"tokenized BLEU = {scores['tokenized_bleu']:.2f}  (lowercased, Moses-tokenized; "
               f"{scores['tokenized_bleu_signature']})")
     print(f"exact match = {100 * scores['exact_match']:.1f}%  ({len(test)} sentences)")
+    if args.compare:
+        print_comparison(scores["compare"], scores["compare_signatures"])
+
+
+def _is_export(system):
+    return (Path(system) / "saved_model.pb").is_file()
+
+
+def print_comparison(results, signatures):
+    """A table: one row per system, one column per metric, `score (mean +- 95% half-width, p = ...)`."""
+    names = {"bleu": "BLEU", "chrf": "chrF", "tokenized_bleu": "tokenized BLEU"}
+    metrics = list(signatures)
+    width = max(len(system) for system in results)
+    print("\npaired bootstrap against the first system (95% confidence; p: how likely a difference this large is "
+          "by chance)")
+    print((f"{'system':<{width}}  " + "  ".join(f"{names[m]:<32}" for m in metrics)).rstrip())
+    for system, row in results.items():
+        cells = []
+        for metric in metrics:
+            r = row[metric]
+            p = "" if r["p"] is None else f", p = {r['p']:.3f}"
+            cells.append(f"{r['score']:.2f} ({r['mean']:.1f} ± {r['ci']:.1f}{p})")
+        print((f"{system:<{width}}  " + "  ".join(f"{cell:<32}" for cell in cells)).rstrip())
+    for metric in metrics:
+        print(f"{names[metric]}: {signatures[metric]}")
 
 
 if __name__ == "__main__":
