@@ -71,11 +71,15 @@ def finite_loss(logs):
     return loss is None or math.isfinite(loss)
 
 
-def write_json_atomically(path, payload):
+def write_text_atomically(path, text):
     path = Path(path)
     temporary = path.with_name(path.name + ".partial")
-    temporary.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    temporary.write_text(text, encoding="utf-8")
     os.replace(temporary, path)
+
+
+def write_json_atomically(path, payload):
+    write_text_atomically(path, json.dumps(payload, indent=2) + "\n")
 
 
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
@@ -83,8 +87,9 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     with every file written atomically, and the backup kept after training so a later run on the same run dir
     with more epochs continues instead of starting over."""
 
-    def __init__(self, backup_dir):
+    def __init__(self, backup_dir, batches_per_update=1):
         super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=False)
+        self.batches_per_update = batches_per_update  # optim.gradient_accumulation_steps, recorded with the state
 
     def on_epoch_end(self, epoch, logs=None):
         if finite_loss(logs):
@@ -93,14 +98,24 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     def _save_model(self):
         Path(self.backup_dir).mkdir(parents=True, exist_ok=True)
         save_weights_atomically(self.model, self._weights_path)
-        write_json_atomically(self._training_metadata_path, {"epoch": self._current_epoch, "batch": 0})
+        write_json_atomically(self._training_metadata_path, {
+            "epoch": self._current_epoch, "batch": 0, "batches_per_update": self.batches_per_update,
+        })
 
     def on_train_begin(self, logs=None):
+        from kmt.errors import KmtError
+
+        metadata = Path(self._training_metadata_path)
+        saved = json.loads(metadata.read_text()).get("batches_per_update", 1) if metadata.exists() else None
+        if saved is not None and saved != self.batches_per_update:
+            # The optimizer counts batches; the schedule's update is batches // this, so it must not change.
+            raise KmtError(
+                f"the resume state in {self.backup_dir} was trained with optim.gradient_accumulation_steps={saved}, "
+                f"not {self.batches_per_update}; resume with the same value or use a new hydra.run.dir"
+            )
         try:
             super().on_train_begin(logs)
         except ValueError as error:  # weights of another shape: the model config changed since the backup
-            from kmt.errors import KmtError
-
             raise KmtError(
                 f"the resume state in {self.backup_dir} does not fit this model ({str(error).splitlines()[0]}); "
                 "resume with the run's original model.* settings or use a new hydra.run.dir"
@@ -108,6 +123,11 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         epoch = self.model._initial_epoch
         if epoch:
             step = int(self.model.optimizer.iterations.numpy())
+            if not step:  # Keras skips optimizer variables it cannot match, with a warning only
+                raise KmtError(
+                    f"the optimizer state in {self.backup_dir} did not load into this optimizer, so the learning rate "
+                    "would restart; resume with the run's original optim.* settings or use a new hydra.run.dir"
+                )
             logger.info("resuming after epoch %d at optimizer step %d", epoch, step)
 
 

@@ -25,6 +25,7 @@ from kmt.callbacks import (
     best_epoch,
     save_weights_atomically,
     write_json_atomically,
+    write_text_atomically,
 )
 from kmt.checkpoints import average_checkpoints, epoch_checkpoints
 from kmt.curves import plot_curves, read_history
@@ -64,7 +65,12 @@ def build_callbacks(cfg, run_dir, tokens_per_epoch, val_bleu=None):
         stats,
         HistoryCSV(logs / "history.csv"),  # before the backup: a resume drops rows the backup does not cover
         keras.callbacks.TensorBoard(log_dir=str(logs), write_graph=False),
-        AtomicBackupAndRestore(checkpoints / "backup"),  # then the resume state: a kill after it loses nothing
+        # then the resume state: a kill after it loses nothing
+        AtomicBackupAndRestore(checkpoints / "backup", batches_per_update=cfg.optim.gradient_accumulation_steps),
+        # config.yaml (what kmt-export rebuilds the model from) once the resume state has accepted this config, so
+        # a resume refused for a changed setting leaves the run's record as it was
+        keras.callbacks.LambdaCallback(on_train_begin=lambda logs: write_text_atomically(
+            run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))),
         EpochCheckpoint(checkpoints, keep=cfg.trainer.keep_checkpoints, monitor=cfg.trainer.monitor,
                         patience=cfg.trainer.patience),
     ]
@@ -86,7 +92,6 @@ def train(cfg, run_dir):
 
 
 def _train(cfg, run_dir):
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True), encoding="utf-8")
     keras.utils.set_random_seed(cfg.seed)
     keras.config.set_dtype_policy(cfg.trainer.precision)
 

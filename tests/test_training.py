@@ -9,7 +9,7 @@ import pytest
 
 from kmt.build import build_model, build_schedule, compile_model
 from kmt.config import validate
-from kmt.errors import ConfigError, DataError
+from kmt.errors import ConfigError, DataError, KmtError
 from kmt.training import train
 from tests.helpers import compose_config, pixels_of_color, run_cli
 
@@ -157,6 +157,17 @@ def test_a_resumed_accumulating_run_continues_at_the_same_update(tmp_path, caplo
     assert straight["steps"] == resumed["steps"] == 2 * updates and resumed["epochs"] == 2
     rates = [[float(row["learning_rate"]) for row in _history(tmp_path / run)] for run in ("straight", "resumed")]
     assert rates[0] == pytest.approx(rates[1]) and rates[0][0] < rates[0][1]
+
+    # Resuming with another accumulation would shift the schedule (the optimizer counts batches): refused, and
+    # so is an optimizer state that does not load (Keras only warns), which would restart the learning rate.
+    with pytest.raises(KmtError, match="was trained with optim.gradient_accumulation_steps=2, not 1; resume with"):
+        train(compose_config("trainer.epochs=3", "trainer.export=false"), tmp_path / "resumed")
+    metadata = tmp_path / "resumed" / "checkpoints" / "backup" / "training_metadata.json"
+    metadata.write_text(json.dumps({"epoch": 2, "batch": 0}))  # as a backup written before the key existed
+    with pytest.raises(KmtError, match="did not load into this optimizer, so the learning rate would restart"):
+        train(compose_config("trainer.epochs=3", "trainer.export=false"), tmp_path / "resumed")
+    assert len(_history(tmp_path / "resumed")) == 2  # nothing was trained or lost
+    assert "gradient_accumulation_steps: 2" in (tmp_path / "resumed" / "config.yaml").read_text()  # still the run's
 
 
 def test_the_train_step_is_traced_once_across_batch_shapes():
