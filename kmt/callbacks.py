@@ -178,13 +178,14 @@ class EpochCheckpoint(keras.callbacks.Callback):
         return best_epoch(self.directory, self.monitor)
 
     def _patience_spent(self, epochs_done):
+        """The best epoch's record when `patience` epochs have passed since it, else None."""
         best = self.best()
-        return bool(self.patience and best and epochs_done - best["epoch"] >= self.patience)
+        return best if self.patience and best and epochs_done - best["epoch"] >= self.patience else None
 
     def on_train_begin(self, logs=None):
         epochs_done = getattr(self.model, "_initial_epoch", None) or 0  # set by a resume (BackupAndRestore)
-        if self._patience_spent(epochs_done):
-            best = self.best()
+        best = self._patience_spent(epochs_done)
+        if best:
             raise StoppedEarly(
                 f"{self.monitor} has not improved for {_epochs(epochs_done - best['epoch'])} (best {best['value']:.4g} "
                 f"at epoch {best['epoch']}; trainer.patience={self.patience}): nothing more to train"
@@ -202,8 +203,8 @@ class EpochCheckpoint(keras.callbacks.Callback):
             save_weights_atomically(self.model, self.directory / "best.weights.h5")
             best = {"epoch": epoch + 1, "monitor": self.monitor, "value": value}
             write_json_atomically(self.directory / "best.json", best)
-        if self._patience_spent(epoch + 1):
-            best = self.best()
+        best = self._patience_spent(epoch + 1)
+        if best:
             logger.info(
                 "early stopping after epoch %d: %s has not improved for %s (best %.4g at epoch %d)",
                 epoch + 1, self.monitor, _epochs(epoch + 1 - best["epoch"]), best["value"], best["epoch"],

@@ -7,12 +7,9 @@ it (`trainer.val_bleu=true`), else validation token accuracy; the learning rate.
 """
 
 import csv
-import logging
 from pathlib import Path
 
 from kmt.errors import KmtError
-
-logger = logging.getLogger(__name__)
 
 
 def read_history(run_dir):

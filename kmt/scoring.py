@@ -14,6 +14,11 @@ Two BLEU conventions (see `$KMT_DATA_DIR/multi30k/README.md`):
 from sacrebleu.metrics import BLEU, CHRF
 
 
+def _bleu(tokenized):
+    """sacreBLEU's BLEU: 13a tokenization on raw text, none (split on spaces) on already tokenized text."""
+    return BLEU(tokenize="none", force=True) if tokenized else BLEU()
+
+
 def sacre_scores(hypotheses, references, tokenized=False):
     """sacreBLEU BLEU and chrF of `hypotheses` against one reference each, with their signatures, and BLEU's
     hypothesis / reference length ratio (13a tokens).
@@ -22,7 +27,7 @@ def sacre_scores(hypotheses, references, tokenized=False):
     `data.tokenized=true`): BLEU, and so the length ratio, splits on spaces only (`tok:none`), the published
     Multi30k convention.
     """
-    bleu, chrf = BLEU(tokenize="none", force=True) if tokenized else BLEU(), CHRF()
+    bleu, chrf = _bleu(tokenized), CHRF()
     bleu_score = bleu.corpus_score(hypotheses, [references])
     chrf_score = chrf.corpus_score(hypotheses, [references])
     return {
@@ -44,7 +49,7 @@ def moses_tokenize(sentences, lang):
 
 def tokenized_bleu(hypotheses, tokenized_references, lang):
     """BLEU of Moses-tokenized, lowercased `hypotheses` against already tokenized references (no 13a)."""
-    bleu = BLEU(tokenize="none", force=True)
+    bleu = _bleu(tokenized=True)
     score = bleu.corpus_score(moses_tokenize(hypotheses, lang), [tokenized_references])
     return {"tokenized_bleu": score.score, "tokenized_bleu_signature": str(bleu.get_signature())}
 
@@ -70,11 +75,11 @@ def paired_bootstrap(systems, references, tokenized=False, tokenized_references=
     from sacrebleu.significance import PairedTest
 
     tests = {
-        "bleu": (BLEU(tokenize="none", force=True) if tokenized else BLEU(), references, None),
+        "bleu": (_bleu(tokenized), references, None),
         "chrf": (CHRF(), references, None),
     }
     if tokenized_references is not None:
-        tests["tokenized_bleu"] = (BLEU(tokenize="none", force=True), tokenized_references,
+        tests["tokenized_bleu"] = (_bleu(tokenized=True), tokenized_references,
                                    lambda hypotheses: moses_tokenize(hypotheses, lang))
     results = {name: {} for name in systems}
     signatures = {}
