@@ -181,6 +181,7 @@ def translate_ids(
     start_id=2,
     end_id=3,
     pad_id=0,
+    num_hypotheses=None,
 ):
     """Translates a batch of token ids: encode once, then greedy (`beam_size=1`) or beam search.
 
@@ -200,10 +201,13 @@ def translate_ids(
         max_length: int cap on the output length. Defaults to the model's `max_length` (its embedding's config).
         use_cache: bool. Key/value cache (True) or rerunning the decoder on the prefix (False). Defaults to `True`.
         start_id, end_id, pad_id: ints. Defaults to `2`, `3`, `0`.
+        num_hypotheses: int n, 1 to K: return the n best hypotheses of each sentence (`beam_search`'s n-best list;
+            greedy search has one). Defaults to `None`: the best one, without the hypothesis axis.
 
     Returns `(tokens, scores)`: int32 `(B, L)` emitted tokens WITHOUT the start token, the end token then pad
     after it (a sentence stopped by its limit has no end token, only pad after it), and float32 `(B,)` scores
-    (greedy: the sum of log-probabilities; beam: that sum divided by the length penalty).
+    (greedy: the sum of log-probabilities; beam: that sum divided by the length penalty); with `num_hypotheses` n,
+    `(B, n, L)` and `(B, n)`, best first.
     """
     parts = transformer_parts(model)
     max_length = max_length or parts.target_embedding.max_length
@@ -220,7 +224,13 @@ def translate_ids(
     next_fn, state = make_next_fn(model, encoder_outputs, source_mask, limit)
     ids = dict(start_id=start_id, end_id=end_id, pad_id=pad_id, max_lengths=limits)
     if beam_size == 1:
+        if num_hypotheses not in (None, 1):
+            raise ValueError(f"greedy search has one hypothesis. Received: num_hypotheses={num_hypotheses}")
         tokens, scores = greedy_search(next_fn, state, batch_size, limit, **ids)
+        if num_hypotheses == 1:
+            tokens, scores = tokens[:, None], scores[:, None]
     else:
-        tokens, scores = beam_search(next_fn, state, batch_size, limit, beam_size, length_penalty, **ids)
-    return tokens[:, 1:], scores
+        tokens, scores = beam_search(
+            next_fn, state, batch_size, limit, beam_size, length_penalty, num_hypotheses=num_hypotheses, **ids
+        )
+    return tokens[..., 1:], scores

@@ -4,7 +4,9 @@ The graph holds stock TensorFlow ops plus tensorflow-text's SentencePiece ops, s
 `import tensorflow_text` (which registers those ops) can load and serve it with `tf.saved_model.load`,
 `saved_model_cli` or TensorFlow Serving; no kmt code is needed. Signatures `translate` and `serving_default`
 take `text`: tf.string `[None]` and return `translation`: tf.string `[None]` and `score`: float32 `[None]`
-(the hypothesis' log-probability, divided by the length penalty under beam search).
+(the hypothesis' log-probability, divided by the length penalty under beam search). `translate_nbest` takes the
+same `text` and returns the beam's n-best list, best first: `translations`: tf.string `[None, K]` and `scores`:
+float32 `[None, K]` (K the beam size; one column under greedy search).
 
 Only the model's weights are saved, once each, through the `tf.Module` object graph; no optimizer state.
 """
@@ -65,19 +67,34 @@ class Translator(tf.Module):
         )
         source_tokenizer, target_tokenizer = vocabularies.source, vocabularies.target
 
-        def translate(text):
+        def search_ids(text):
             ids = source_tokenizer.tokenize(text)[:, : search["max_length"]]  # (B, None) ragged, truncated
             source = ids.to_tensor(default_value=0)  # (B, S)
             source = tf.pad(source, [[0, 0], [0, tf.maximum(1 - tf.shape(source)[1], 0)]])  # S >= 1 if all empty
-            tokens, scores = translate_ids(model, source, **search)  # (B, L), (B,)
-            translation = target_tokenizer.detokenize(tokens)  # (B,)
-            empty = tf.equal(ids.row_lengths(), 0)
+            tokens, scores = translate_ids(model, source, num_hypotheses=beam_size, **search)  # (B, K, L), (B, K)
+            return tokens, tf.cast(scores, tf.float32), tf.equal(ids.row_lengths(), 0)
+
+        search_ids = tf.function(search_ids)  # traced once; both signatures call the same graph function
+
+        def translate(text):
+            tokens, scores, empty = search_ids(text)
+            translation = target_tokenizer.detokenize(tokens[:, 0])  # (B,)
             return {
                 "translation": tf.where(empty, tf.constant(""), translation),
-                "score": tf.where(empty, tf.zeros_like(scores), tf.cast(scores, tf.float32)),
+                "score": tf.where(empty, tf.zeros_like(scores[:, 0]), scores[:, 0]),
+            }
+
+        def translate_nbest(text):
+            tokens, scores, empty = search_ids(text)
+            translations = target_tokenizer.detokenize(tf.reshape(tokens, [-1, tf.shape(tokens)[2]]))  # (B*K,)
+            translations = tf.reshape(translations, [-1, beam_size])  # (B, K), K static in the signature
+            return {
+                "translations": tf.where(empty[:, None], tf.constant(""), translations),
+                "scores": tf.where(empty[:, None], tf.zeros_like(scores), scores),
             }
 
         self.translate = tf.function(translate, input_signature=[TEXT_SPEC])
+        self.translate_nbest = tf.function(translate_nbest, input_signature=[TEXT_SPEC])
 
     def __call__(self, sentences):
         """Translates a list of str; returns a list of str."""
@@ -91,7 +108,8 @@ def export_translator(translator, directory):
     directory = Path(directory)
     partial = directory.with_name(directory.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    signatures = {"translate": translator.translate, "serving_default": translator.translate}
+    signatures = {"translate": translator.translate, "serving_default": translator.translate,
+                  "translate_nbest": translator.translate_nbest}
     tf.saved_model.save(translator, str(partial), signatures=signatures)
     if directory.exists():
         shutil.rmtree(directory)

@@ -105,21 +105,24 @@ def beam_search(
     end_id=3,
     pad_id=0,
     max_lengths=None,
+    num_hypotheses=None,
 ):
-    """Beam search with the GNMT length penalty; returns the best finished hypothesis of each sentence.
+    """Beam search with the GNMT length penalty; returns each sentence's best finished hypothesis, or its n best.
 
     A hypothesis Y scores `log p(Y) / lp(Y)` with `lp(Y) = ((5 + |Y|) / 6) ** length_penalty` (Wu et al., 2016),
     |Y| counting the emitted tokens, end included. Each step extends the K alive beams by every token and keeps the
     2K best candidates by log-probability (at step 0 only beam 0 is alive, the others start at -inf). As in
     fairseq, a candidate ending in `end_id` is finished only if it ranks among the K best, and the K best
     non-finished candidates stay alive; a candidate reaching its sentence's limit (`max_lengths`) is finished there,
-    so at that step the sentence's K best candidates finish and it is complete.
+    so at that step the sentence's K best candidates finish and it is complete. Up to K finished hypotheses are
+    kept per sentence, best first (fairseq's `--nbest` list; the earlier of two equal scores ranks first).
 
     Stopping: a sentence is complete once K hypotheses have finished (fairseq's rule; with K = 1 it makes beam
-    search exactly greedy search), or earlier once no alive beam can beat its best finished score: an alive beam's
-    log-probability can only fall and `lp` lies between `lp(index + 1)` and `lp(limit)`, so no alive beam can
-    exceed `max(alive log p) / max(lp(index + 1), lp(limit))`. That bound never changes the result. The loop
-    ends when every sentence is complete, else after `max_length` steps.
+    search exactly greedy search), or earlier once no alive beam can beat its n-th best finished score (n =
+    `num_hypotheses`, 1 by default): an alive beam's log-probability can only fall and `lp` lies between
+    `lp(index + 1)` and `lp(limit)`, so no alive beam can exceed `max(alive log p) / max(lp(index + 1), lp(limit))`.
+    That bound never changes the n best. The loop ends when every sentence is complete, else after `max_length`
+    steps.
 
     Args:
         next_fn: `(tokens (B*K, L+1), index, state) -> (logits (B*K, V), state)`, see the module docstring.
@@ -130,23 +133,28 @@ def beam_search(
         length_penalty: float alpha; 0 ranks by log-probability alone. Defaults to `0.6`.
         start_id, end_id, pad_id: ints. Defaults to `2`, `3`, `0`.
         max_lengths: int `(B,)` each sentence's own limit (at most L). Defaults to `None`: L for every sentence.
+        num_hypotheses: int n, 1 to K: return the n best finished hypotheses of each sentence. Defaults to `None`:
+            return the best one, without the hypothesis axis.
 
     Returns `(tokens, scores)`: int32 `(B, L+1)` with the start token in column 0 and pad after the end token,
-    and float32 `(B,)` scores `log p(Y) / lp(Y)`.
+    and float32 `(B,)` scores `log p(Y) / lp(Y)`; with `num_hypotheses` n, `(B, n, L+1)` and `(B, n)`, best first.
     """
     if not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be a positive int. Received: beam_size={beam_size}")
+    n = 1 if num_hypotheses is None else num_hypotheses
+    if not isinstance(n, int) or not 1 <= n <= beam_size:
+        raise ValueError(f"num_hypotheses must be an int from 1 to beam_size={beam_size}. Received: {num_hypotheses}")
     b, k = batch_size, beam_size
     rows = ops.arange(b)[:, None] * k  # (B, 1): row of each sentence's beam 0 in the flat (B*K) layout
     max_lengths = _sentence_limits(b, max_length, max_lengths)  # (B,)
 
-    def cond(index, alive_tokens, alive_log_probs, best_tokens, best_scores, num_finished, state):
+    def cond(index, alive_tokens, alive_log_probs, finished_tokens, finished_scores, num_finished, state):
         penalty = ops.maximum(_length_penalty(index + 1, length_penalty), _length_penalty(max_lengths, length_penalty))
         bound = ops.max(alive_log_probs, axis=1) / penalty  # (B,) the best score an alive beam could still reach
-        done = ops.logical_or(ops.greater_equal(num_finished, k), ops.greater_equal(best_scores, bound))
+        done = ops.logical_or(ops.greater_equal(num_finished, k), ops.greater_equal(finished_scores[:, n - 1], bound))
         return ops.logical_and(ops.less(index, max_length), ops.logical_not(ops.all(done)))
 
-    def body(index, alive_tokens, alive_log_probs, best_tokens, best_scores, num_finished, state):
+    def body(index, alive_tokens, alive_log_probs, finished_tokens, finished_scores, num_finished, state):
         length = index + 1  # tokens emitted once this step's token is appended
         flat_tokens = ops.reshape(alive_tokens, (b * k, -1))  # (B*K, L+1)
         logits, state = next_fn(flat_tokens, index, state)
@@ -157,19 +165,19 @@ def beam_search(
         candidate_beams, candidate_tokens = candidates // vocab_size, candidates % vocab_size  # (B, 2K) each
         ends = ops.logical_or(ops.equal(candidate_tokens, end_id), ops.greater_equal(length, max_lengths[:, None]))
 
-        # Finished: ends ranked among the K best, while the sentence has fewer than K finished hypotheses.
+        # Finished: ends ranked among the K best, while the sentence has fewer than K finished hypotheses (so the
+        # K slots of finished hypotheses always hold them all; merging is sorting them in).
         finishing = ops.logical_and(ends, ops.arange(2 * k)[None, :] < k)  # (B, 2K)
         finishing_count = ops.cumsum(ops.cast(finishing, "int32"), axis=1)  # (B, 2K)
         finishing = ops.logical_and(finishing, num_finished[:, None] + finishing_count <= k)
         num_finished = num_finished + ops.sum(ops.cast(finishing, "int32"), axis=1)
         scores = ops.where(finishing, candidate_log_probs / _length_penalty(length, length_penalty), NEG_INF)
-        best = ops.expand_dims(ops.argmax(scores, axis=1), 1)  # (B, 1) best finishing candidate
-        new_tokens = ops.take(flat_tokens, rows[:, 0] + ops.take_along_axis(candidate_beams, best, axis=1)[:, 0], 0)
-        new_tokens = _write_column(new_tokens, length, ops.take_along_axis(candidate_tokens, best, axis=1)[:, 0])
-        new_scores = ops.max(scores, axis=1)  # (B,)
-        improved = ops.greater(new_scores, best_scores)
-        best_tokens = ops.where(improved[:, None], new_tokens, best_tokens)
-        best_scores = ops.where(improved, new_scores, best_scores)
+        finishing_tokens = ops.take(flat_tokens, ops.reshape(rows + candidate_beams, (-1,)), axis=0)  # (B*2K, L+1)
+        finishing_tokens = _write_column(ops.reshape(finishing_tokens, (b, 2 * k, -1)), length, candidate_tokens)
+        finished_scores, kept = ops.top_k(ops.concatenate([finished_scores, scores], axis=1), k)  # (B, K)
+        finished_tokens = ops.take_along_axis(
+            ops.concatenate([finished_tokens, finishing_tokens], axis=1), kept[:, :, None], axis=1
+        )  # (B, K, L+1)
 
         # Alive: the K best candidates that did not end; the state follows its beams.
         alive_log_probs, alive = ops.top_k(ops.where(ends, NEG_INF, candidate_log_probs), k)  # (B, K)
@@ -178,15 +186,17 @@ def beam_search(
         alive_tokens = ops.reshape(ops.take(flat_tokens, origins, axis=0), (b, k, -1))  # (B, K, L+1)
         alive_tokens = _write_column(alive_tokens, length, ops.take_along_axis(candidate_tokens, alive, axis=1))
         state = keras.tree.map_structure(lambda x: ops.take(x, origins, axis=0), state)
-        return length, alive_tokens, alive_log_probs, best_tokens, best_scores, num_finished, state
+        return length, alive_tokens, alive_log_probs, finished_tokens, finished_scores, num_finished, state
 
     alive_tokens = _start_tokens((b, k), max_length, start_id, pad_id)  # (B, K, L+1)
     first_beam = ops.where(ops.equal(ops.arange(k), 0), 0.0, NEG_INF)  # (K,)
     alive_log_probs = ops.zeros((b, 1), "float32") + ops.cast(first_beam, "float32")  # (B, K)
-    best_tokens = _start_tokens((b,), max_length, start_id, pad_id)  # (B, L+1)
-    best_scores = ops.full((b,), NEG_INF, "float32")
+    finished_tokens = _start_tokens((b, k), max_length, start_id, pad_id)  # (B, K, L+1)
+    finished_scores = ops.full((b, k), NEG_INF, "float32")
     num_finished = ops.where(ops.less_equal(max_lengths, 0), k, 0)  # (B,) a sentence with limit 0 is complete
     index = ops.convert_to_tensor(0, "int32")
-    loop_vars = (index, alive_tokens, alive_log_probs, best_tokens, best_scores, num_finished, state)
-    outputs = ops.while_loop(cond, body, loop_vars)
-    return outputs[3], outputs[4]
+    loop_vars = (index, alive_tokens, alive_log_probs, finished_tokens, finished_scores, num_finished, state)
+    _, _, _, finished_tokens, finished_scores, _, _ = ops.while_loop(cond, body, loop_vars)
+    if num_hypotheses is None:
+        return finished_tokens[:, 0], finished_scores[:, 0]
+    return finished_tokens[:, :n], finished_scores[:, :n]

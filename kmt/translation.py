@@ -1,5 +1,6 @@
 """Translating many sentences: batches of similar length, results back in input order."""
 
+import itertools
 import logging
 import time
 
@@ -27,14 +28,34 @@ def translate_lines(translate_batch, lines, batch_size=64, progress=False):
     return translations, scores
 
 
-def batch_fn(translate):
+def translate_stream(translate_batch, lines, batch_size=64, buffer_size=1000, progress=False):
+    """Yields `(translation, score)` for each line of the iterable `lines`, in order, as soon as it is translated.
+
+    Reads `buffer_size` lines at a time and translates them with `translate_lines` (sorted by length within the
+    buffer), so a large file never sits in memory whole, its translations come out while it is read, and a
+    `buffer_size` of 1 answers each line as it arrives (an interactive session; fairseq-interactive's
+    `--buffer-size`).
+    """
+    lines, done, started = iter(lines), 0, time.perf_counter()
+    while chunk := list(itertools.islice(lines, buffer_size)):
+        yield from zip(*translate_lines(translate_batch, chunk, batch_size))
+        done += len(chunk)
+        if progress:
+            logger.info("translated %d sentences (%.1f/s)", done, done / (time.perf_counter() - started))
+
+
+def batch_fn(translate, nbest=None):
     """Adapts `translate(text=...)` (a `kmt.export.Translator`'s, or a loaded SavedModel's `translate` signature)
-    to the `translate_batch` that `translate_lines` takes."""
+    to the `translate_batch` that `translate_lines` takes. With `nbest` n, `translate` is a `translate_nbest`
+    signature and each sentence's translation and score are lists of its n best, best first."""
     import tensorflow as tf
 
     def translate_batch(batch):
         outputs = translate(text=tf.constant(batch, dtype=tf.string))
-        texts = [t.decode("utf-8") for t in outputs["translation"].numpy()]
-        return texts, [float(s) for s in outputs["score"].numpy()]
+        if nbest is None:
+            texts = [t.decode("utf-8") for t in outputs["translation"].numpy()]
+            return texts, [float(s) for s in outputs["score"].numpy()]
+        texts = [[t.decode("utf-8") for t in row[:nbest]] for row in outputs["translations"].numpy()]
+        return texts, [[float(s) for s in row[:nbest]] for row in outputs["scores"].numpy()]
 
     return translate_batch

@@ -1,6 +1,11 @@
 """The console scripts on a real (smoke) run: kmt-translate, kmt-evaluate, kmt-export."""
 
 import json
+import os
+import pty
+import select
+import subprocess
+import sys
 
 import pytest
 
@@ -11,12 +16,44 @@ pytestmark = pytest.mark.slow
 
 def test_translate_keeps_lines_aligned(smoke_run):
     lines = ["Tuesday, March 5, 1996", "", "   ", "5 june 2001", "z" * 10_000, "😀"] + ["1 May 1990"] * 100
-    result = run_cli("translate", smoke_run / "export", "--batch-size", "16", input="\n".join(lines) + "\n")
+    result = run_cli("translate", smoke_run / "export", "--batch-size", "4", "--buffer-size", "7",
+                     input="\n".join(lines) + "\n")
     assert result.returncode == 0, result.stderr[-2000:]
     outputs = result.stdout.split("\n")[:-1]
     assert len(outputs) == len(lines)
     assert outputs[1] == "" and outputs[2] == ""
-    assert len(set(outputs[6:])) == 1  # the same sentence gets the same translation in any batch
+    assert len(set(outputs[6:])) == 1  # the same sentence gets the same translation in any batch and buffer
+
+
+def test_translate_answers_each_line_at_a_terminal(smoke_run):
+    """Interactive use: with stdin a terminal, each line's translation is written before the next line is typed."""
+    primary, secondary = pty.openpty()
+    env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"}  # stdout is a pipe and stays block-buffered: kmt must flush
+    process = subprocess.Popen([sys.executable, "-m", "kmt.cli.translate", str(smoke_run / "export")],
+                               stdin=secondary, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    os.close(secondary)
+    try:
+        answers = []
+        for sentence in (b"Tuesday, March 5, 1996", b"5 june 2001"):
+            os.write(primary, sentence + b"\n")
+            ready, _, _ = select.select([process.stdout], [], [], 120)
+            assert ready, "no translation before the input ended"
+            answers.append(process.stdout.readline())
+        os.write(primary, b"\x04")  # Ctrl-D: end of input
+        assert process.wait(timeout=60) == 0
+        assert all(answer.endswith(b"\n") for answer in answers)
+        assert process.stdout.read() == b""
+        assert b"Ctrl-D ends" in process.stderr.read()
+    finally:
+        process.kill()
+        os.close(primary)
+
+
+def test_translate_refuses_to_write_over_its_input(tmp_path):
+    (tmp_path / "in.txt").write_text("Tuesday, March 5, 1996\n")
+    result = run_cli("translate", tmp_path, "--input", tmp_path / "in.txt", "--output", tmp_path / "." / "in.txt")
+    assert result.returncode == 2 and "is the --input file" in result.stderr.strip().splitlines()[-1]
+    assert (tmp_path / "in.txt").read_text() == "Tuesday, March 5, 1996\n"
 
 
 def test_translate_rejects_a_directory_that_is_not_an_export(tmp_path):
@@ -76,8 +113,17 @@ def test_export_rebuilds_from_a_checkpoint(smoke_run, tmp_path):
     result = run_cli("export", smoke_run, "--checkpoint", "best", "--output", tmp_path / "best", "--beam-size", "2")
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "best" / "saved_model.pb").exists()
-    translated = run_cli("translate", tmp_path / "best", input="Tuesday, March 5, 1996\n")
-    assert translated.returncode == 0 and len(translated.stdout.splitlines()) == 1
+    translated = run_cli("translate", tmp_path / "best", "--nbest", "2", "--scores", input="Tuesday, March 5, 1996\n\n")
+    assert translated.returncode == 0, translated.stderr[-2000:]
+    nbest = [line.split("\t") for line in translated.stdout.splitlines()]  # 2 lines per input line, best first
+    assert len(nbest) == 4 and nbest[2:] == [["0.0000", ""], ["0.0000", ""]]
+    assert float(nbest[0][0]) >= float(nbest[1][0]) and nbest[0][1] != nbest[1][1]
+    too_many = run_cli("translate", tmp_path / "best", "--nbest", "3", input="Tuesday, March 5, 1996\n")
+    assert too_many.returncode == 2
+    assert too_many.stderr.strip().splitlines()[-1] == (
+        "error: --nbest 3 is more than the 2 hypotheses of the export's beam; export the run with "
+        "`kmt-export RUN_DIR --beam-size 3`"
+    )
     missing = run_cli("export", smoke_run, "--checkpoint", tmp_path / "nope.weights.h5")
     assert missing.returncode == 2 and "no checkpoint at" in missing.stderr
     averaged = run_cli("export", smoke_run, "--average", "2", "--output", tmp_path / "avg")

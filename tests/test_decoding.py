@@ -114,6 +114,38 @@ def test_length_penalty_picks_the_winner_the_formula_predicts(alpha):
     np.testing.assert_allclose(score, [scores[len(expected) - 1]], rtol=1e-5)
 
 
+def test_nbest_lists_the_finished_hypotheses_best_first():
+    # Step 1's four candidates: Y END (0.45), X END (0.22), X X, X Y (0.165 each); both ends rank in the best 2.
+    state = expand_to_beams(ops.convert_to_tensor(np.array([0], "int32")), 2)
+    tokens, scores = (_np(x) for x in beam_search(CLASSIC.next_fn, state, 1, 8, 2, 0.0, num_hypotheses=2))
+    assert tokens.shape == (1, 2, 9) and scores.shape == (1, 2)
+    np.testing.assert_array_equal(tokens[0, :, :3], [[START, Y, END], [START, X, END]])
+    assert (tokens[0, :, 3:] == PAD).all()
+    np.testing.assert_allclose(scores[0], [CLASSIC.log_prob(tokens[0, 0]), math.log(0.22)], rtol=1e-4)
+    np.testing.assert_allclose(scores[0, 0], math.log(0.45), rtol=1e-4)  # node 2 ends with probability ~1
+    best, best_score = _search(CLASSIC, beam_size=2)
+    np.testing.assert_array_equal(tokens[:, 0], best)
+    np.testing.assert_allclose(scores[:, 0], best_score)
+    one_tokens, one_scores = beam_search(CLASSIC.next_fn, state, 1, 8, 2, 0.0, num_hypotheses=1)
+    np.testing.assert_array_equal(_np(one_tokens), tokens[:, :1])
+    with pytest.raises(ValueError, match="num_hypotheses must be an int from 1 to beam_size=2. Received: 3"):
+        beam_search(CLASSIC.next_fn, state, 1, 8, 2, 0.0, num_hypotheses=3)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_nbest_ranks_hypotheses_finished_at_different_steps(alpha):
+    # "X END" finishes at step 1, "Y Y Y END" at step 3; the length penalty decides which ranks first.
+    short, long = [START, X, END], [START, Y, Y, Y, END]
+    state = expand_to_beams(ops.convert_to_tensor(np.array([0], "int32")), 2)
+    tokens, scores = (_np(x) for x in beam_search(SHORT_LONG.next_fn, state, 1, 8, 2, alpha, num_hypotheses=2))
+    expected = [short, long] if alpha < 0.7 else [long, short]
+    for hypothesis, score, y in zip(tokens[0], scores[0], expected):
+        np.testing.assert_array_equal(hypothesis[: len(y)], y)
+        assert (hypothesis[len(y) :] == PAD).all()
+        np.testing.assert_allclose(score, SHORT_LONG.log_prob(y) / ((5 + len(y) - 1) / 6) ** alpha, rtol=1e-5)
+    assert scores[0, 0] > scores[0, 1]
+
+
 @pytest.mark.parametrize("beam_size", [None, 1, 2])
 def test_sequences_stop_at_end_then_pad_and_respect_max_length(beam_size):
     # Row 0 (root 0) emits X X END; row 1 (root 3) repeats X and is cut at max_length.
@@ -196,6 +228,21 @@ def test_a_sentence_decodes_alike_alone_and_beside_a_longer_one(beam_size):
     np.testing.assert_array_equal(tokens[1], np.pad(alone_tokens[0], (0, 21 - 16)))
     np.testing.assert_allclose(scores[1], alone_scores[0], atol=1e-5)
     assert (tokens[2] != PAD).all() and (tokens != END).all()
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_translate_ids_nbest_starts_with_the_best(beam_size):
+    model = _random_model(num_layers=2, **UNTIED_PRE_NORM)
+    tokens, scores = (_np(x) for x in translate_ids(model, SOURCE, beam_size=beam_size))
+    nbest, nbest_scores = (_np(x) for x in translate_ids(model, SOURCE, beam_size=beam_size, num_hypotheses=beam_size))
+    assert nbest.shape == (3, beam_size, tokens.shape[1]) and nbest_scores.shape == (3, beam_size)
+    np.testing.assert_array_equal(nbest[:, 0], tokens)
+    np.testing.assert_allclose(nbest_scores[:, 0], scores, atol=1e-5)
+    assert (np.diff(nbest_scores, axis=1) <= 0).all()
+    assert all(len({tuple(h) for h in row}) == beam_size for row in nbest)  # distinct hypotheses
+    if beam_size == 1:
+        with pytest.raises(ValueError, match="greedy search has one hypothesis"):
+            translate_ids(model, SOURCE, num_hypotheses=2)
 
 
 def test_translate_ids_limits_and_errors():

@@ -40,8 +40,10 @@ def _reload_and_translate(export_dir, sentences):
     script = (
         "import json, sys, tensorflow as tf, tensorflow_text\n"
         "m = tf.saved_model.load(sys.argv[1])\n"
-        "out = m.signatures['translate'](text=tf.constant(json.loads(sys.argv[2])))\n"
-        "print(json.dumps([t.decode() for t in out['translation'].numpy()]))\n"
+        "text = tf.constant(json.loads(sys.argv[2]))\n"
+        "out, nbest = m.signatures['translate'](text=text), m.signatures['translate_nbest'](text=text)\n"
+        "print(json.dumps([[t.decode() for t in out['translation'].numpy()], nbest['translations'].numpy().shape,\n"
+        "                  [t.decode() for t in nbest['translations'].numpy()[:, 0]]]))\n"
     )
     result = subprocess.run([sys.executable, "-c", script, str(export_dir), json.dumps(sentences)],
                             capture_output=True, text=True, env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"})
@@ -55,6 +57,20 @@ def test_one_output_per_input_empty_in_empty_out(translator):
     translations = [t.decode() for t in outputs["translation"].numpy()]
     assert len(translations) == len(SENTENCES) and outputs["score"].shape == (len(SENTENCES),)
     assert translations[1] == "" and translations[2] == ""
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_nbest_signature_lists_the_beam_best_first(model_and_vocabularies, beam_size):
+    model, vocabularies = model_and_vocabularies
+    translator = Translator(model, vocabularies, beam_size=beam_size, max_length_b=5)
+    text = tf.constant(SENTENCES)
+    best, nbest = translator.translate(text=text), translator.translate_nbest(text=text)
+    translations, scores = nbest["translations"].numpy(), nbest["scores"].numpy()
+    assert translations.shape == scores.shape == (len(SENTENCES), beam_size)
+    assert translations[:, 0].tolist() == best["translation"].numpy().tolist()
+    np.testing.assert_allclose(scores[:, 0], best["score"].numpy(), atol=1e-5)
+    assert (np.diff(scores, axis=1) <= 1e-6).all()
+    assert translations[1].tolist() == [b""] * beam_size and (scores[1:3] == 0).all()  # empty in, empty out
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
@@ -73,7 +89,9 @@ def test_fresh_process_reload_matches_in_process(translator, tmp_path):
     translator, model = translator
     size = export_translator(translator, tmp_path / "export")
     expected = translator(SENTENCES)
-    assert _reload_and_translate(tmp_path / "export", SENTENCES) == expected
+    translations, nbest_shape, nbest_first = _reload_and_translate(tmp_path / "export", SENTENCES)
+    assert translations == expected
+    assert nbest_shape == [len(SENTENCES), 3] and nbest_first == expected
     weights = sum(w.numpy().nbytes for w in model.weights)
     variables = sum(f.stat().st_size for f in (tmp_path / "export" / "variables").iterdir())
     assert variables < 1.5 * weights  # each weight written once, no optimizer state
@@ -91,6 +109,11 @@ def test_saved_model_cli_lists_both_string_signatures(translator, tmp_path):
         block = result.stdout.split(f"signature_def['{signature}']")[1].split("signature_def[")[0]
         assert "inputs['text']" in block and "dtype: DT_STRING" in block
         assert "outputs['translation']" in block and "outputs['score']" in block
+    block = result.stdout.split("signature_def['translate_nbest']")[1].split("signature_def[")[0]
+    assert "inputs['text']" in block
+    translations = block.split("outputs['translations']")[1]
+    assert "dtype: DT_STRING" in translations and "shape: (-1, 3)" in translations  # K, the beam size, is static
+    assert "outputs['scores']" in block
 
 
 def test_export_replaces_an_old_export_whole(translator, tmp_path):

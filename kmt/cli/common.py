@@ -18,8 +18,9 @@ def setup_logging(verbose=False):
     quiet_tensorflow()
 
 
-def load_export(directory):
-    """The `translate` signature of a kmt SavedModel at `directory` (tensorflow-text's ops registered first)."""
+def load_export(directory, signature="translate"):
+    """A signature (`translate` or `translate_nbest`) of a kmt SavedModel at `directory` (tensorflow-text's ops
+    registered first)."""
     directory = Path(directory)
     if not (directory / "saved_model.pb").is_file():
         fail(f"{directory} is not a SavedModel directory (no saved_model.pb); pass a run's export/ directory")
@@ -29,4 +30,7 @@ def load_export(directory):
     loaded = tf.saved_model.load(str(directory))
     if "translate" not in loaded.signatures:
         fail(f"{directory} has no 'translate' signature; was it exported by kmt?")
-    return loaded.signatures["translate"]
+    if signature not in loaded.signatures:
+        fail(f"{directory} has no '{signature}' signature: it was exported by an older kmt; export the run again "
+             f"with `kmt-export RUN_DIR`")
+    return loaded.signatures[signature]

@@ -1,21 +1,27 @@
 """`kmt-translate EXPORT_DIR`: translate sentences from stdin (one per line) to stdout (one per line).
 
-Output line i always translates input line i: empty and whitespace-only lines give empty lines, over-long lines
-are truncated to the model's maximum length. Search settings (beam size, length penalty) are those the model was
-exported with (`kmt-export RUN_DIR --beam-size N` to change them).
+Output line i always translates input line i (with --nbest N, lines N*i to N*i + N - 1 do): empty and
+whitespace-only lines give empty lines, over-long lines are truncated to the model's maximum length. Search settings
+(beam size, length penalty) are those the model was exported with (`kmt-export RUN_DIR --beam-size N` to change
+them).
+
+Input is read --buffer-size lines at a time, translated in batches of similar length and written out before the
+next lines are read, so large files stream and output appears as it is done. At a terminal every line is
+translated as soon as it is entered (Ctrl-D ends the session).
 
 Example:
     echo "Tuesday, March 5, 1996" | kmt-translate runs/dates/<time>/export
 """
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from kmt.cli.common import load_export, setup_logging
-from kmt.cli.errors import exit_on_user_error
+from kmt.cli.errors import exit_on_user_error, fail
 from kmt.errors import KmtError
-from kmt.translation import batch_fn, translate_lines
+from kmt.translation import batch_fn, translate_stream
 
 
 def parse_args(argv=None):
@@ -24,9 +30,16 @@ def parse_args(argv=None):
     )
     parser.add_argument("export_dir", help="a SavedModel written by kmt-train or kmt-export (a run's export/)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default: 64)")
+    parser.add_argument("--buffer-size", type=int,
+                        help="lines read and sorted by length before they are translated and written (default: "
+                             "1000; 1 at a terminal, so each line is answered as it is entered)")
     parser.add_argument("--input", default="-", help="file to translate instead of stdin")
     parser.add_argument("--output", default="-", help="file to write instead of stdout")
     parser.add_argument("--scores", action="store_true", help="prefix each line with its score and a TAB")
+    parser.add_argument("--nbest", type=int, metavar="N",
+                        help="write the N best translations of each line (N lines per input line, best first; "
+                             "fairseq's --nbest, OpenNMT-tf's n_best), from the export's beam of K hypotheses, "
+                             "N <= K (`kmt-export RUN_DIR --beam-size K` for a wider beam)")
     parser.add_argument("--attention-plots", metavar="DIR",
                         help="also save cross-attention heatmaps (PNG, one per sentence, every layer and head) of "
                              "the first --attention-limit input lines into DIR; needs the run directory around "
@@ -34,40 +47,72 @@ def parse_args(argv=None):
     parser.add_argument("--attention-limit", type=int, default=10, help="sentences to plot (default: 10)")
     parser.add_argument("--verbose", action="store_true", help="log progress to stderr")
     args = parser.parse_args(argv)
-    if args.batch_size < 1:
-        parser.error(f"--batch-size must be positive. Received: {args.batch_size}")
+    for name in ("batch_size", "buffer_size", "nbest"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be positive. Received: {value}")
     return args
 
 
-def read_input(path):
+def open_input(path):
+    """The binary stream to read: stdin for "-", else the file, with a one-line error if it cannot be opened."""
+    if path == "-":
+        return sys.stdin.buffer
     try:
-        stream = sys.stdin.buffer if path == "-" else open(path, "rb")
-        with stream:
-            data = stream.read()
+        return open(path, "rb")
     except OSError as error:
-        from kmt.cli.errors import fail
-
         fail(f"cannot read {path}: {error.strerror}")
-    text = data.decode("utf-8", errors="replace")  # a stray bad byte becomes U+FFFD rather than stopping the job
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line.rstrip("\r") for line in lines]
+
+
+def read_lines(stream):
+    """Yields the lines of a binary stream as str, without their line ends, as they arrive."""
+    for raw in stream:
+        # A stray bad byte becomes U+FFFD rather than stopping the job ("\n" never occurs inside a UTF-8 character).
+        yield raw.decode("utf-8", errors="replace").removesuffix("\n").removesuffix("\r")
 
 
 def main(argv=None):
     args = parse_args(argv)
     setup_logging(args.verbose)
-    translate = load_export(args.export_dir)
-    lines = read_input(args.input)
-    translations, scores = translate_lines(batch_fn(translate), lines, args.batch_size, progress=args.verbose)
-    out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
-    with out:
-        for text, score in zip(translations, scores):
-            text = text.replace("\n", " ")  # one line out per line in
-            out.write(f"{score:.4f}\t{text}\n" if args.scores else f"{text}\n")
+    if "-" not in (args.input, args.output) and os.path.exists(args.output) and os.path.exists(args.input) \
+            and os.path.samefile(args.output, args.input):
+        fail(f"--output {args.output} is the --input file: writing would erase lines not yet read; write elsewhere")
+    if args.nbest is None:
+        translate_batch = batch_fn(load_export(args.export_dir))
+    else:
+        translate = load_export(args.export_dir, "translate_nbest")
+        beam_size = translate.structured_outputs["translations"].shape[1]
+        if args.nbest > beam_size:
+            fail(f"--nbest {args.nbest} is more than the {beam_size} hypotheses of the export's beam; export the run "
+                 f"with `kmt-export RUN_DIR --beam-size {args.nbest}`")
+        translate_batch = batch_fn(translate, args.nbest)
+    stream = open_input(args.input)
+    interactive = stream.isatty()
+    if interactive:
+        print("kmt-translate: type a sentence and press Enter; Ctrl-D ends", file=sys.stderr)
+    buffer_size = args.buffer_size or (1 if interactive else 1000)
+    plotted = []  # the first lines, kept for --attention-plots
+
+    def lines():
+        for line in read_lines(stream):
+            if len(plotted) < args.attention_limit:
+                plotted.append(line)
+            yield line
+
+    try:
+        out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
+    except OSError as error:
+        fail(f"cannot write {args.output}: {error.strerror}")
+    with stream, out:
+        for texts, scores in translate_stream(translate_batch, lines(), args.batch_size, buffer_size, args.verbose):
+            if args.nbest is None:
+                texts, scores = [texts], [scores]
+            for text, score in zip(texts, scores):
+                text = text.replace("\n", " ")  # one line out per hypothesis
+                out.write(f"{score:.4f}\t{text}\n" if args.scores else f"{text}\n")
+            out.flush()  # out before the next lines are read, so a pipe or a terminal sees it now
     if args.attention_plots:
-        plot_attention(Path(args.export_dir).resolve().parent, lines[: args.attention_limit], args.attention_plots)
+        plot_attention(Path(args.export_dir).resolve().parent, plotted, args.attention_plots)
 
 
 def plot_attention(run_dir, sentences, directory):
