@@ -74,7 +74,10 @@ class Translator(tf.Module):
             tokens, scores = translate_ids(model, source, num_hypotheses=beam_size, **search)  # (B, K, L), (B, K)
             return tokens, tf.cast(scores, tf.float32), tf.equal(ids.row_lengths(), 0)
 
-        search_ids = tf.function(search_ids)  # traced once; both signatures call the same graph function
+        # Traced once: both signatures call this graph function. It searches for the K best, so its early stop
+        # waits until no alive beam can still enter them (or K have finished); the best is the same as a 1-best
+        # search's.
+        search_ids = tf.function(search_ids)
 
         def translate(text):
             tokens, scores, empty = search_ids(text)
