@@ -24,7 +24,8 @@ def last_epoch_checkpoints(run_dir, n):
 
 
 def find_checkpoint(run_dir, which):
-    """`"last"` (newest epoch), `"best"` (lowest val loss) or a path -> an existing `.weights.h5` path."""
+    """`"last"` (newest epoch), `"best"` (the best `trainer.monitor`: lowest val loss by default) or a path -> an
+    existing `.weights.h5` path."""
     if which == "best":
         path = Path(run_dir) / "checkpoints" / "best.weights.h5"
     elif which == "last":

@@ -49,6 +49,18 @@ def test_translate_answers_each_line_at_a_terminal(smoke_run):
         os.close(primary)
 
 
+def test_translate_stops_quietly_when_its_reader_leaves(smoke_run, tmp_path):
+    (tmp_path / "in.txt").write_text("Tuesday, March 5, 1996\n" * 200)
+    env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"}
+    process = subprocess.Popen([sys.executable, "-m", "kmt.cli.translate", str(smoke_run / "export"), "--input",
+                                str(tmp_path / "in.txt"), "--buffer-size", "1"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert process.stdout.readline().endswith(b"\n")
+    process.stdout.close()  # `kmt-translate ... | head -1`
+    assert process.wait(timeout=120) == 141
+    assert b"Traceback" not in process.stderr.read()
+
+
 def test_translate_refuses_to_write_over_its_input(tmp_path):
     (tmp_path / "in.txt").write_text("Tuesday, March 5, 1996\n")
     result = run_cli("translate", tmp_path, "--input", tmp_path / "in.txt", "--output", tmp_path / "." / "in.txt")

@@ -22,7 +22,8 @@ def parse_args(argv=None):
     )
     parser.add_argument("run_dir", help="a kmt-train run directory (holding config.yaml, tokenizer/, checkpoints/)")
     parser.add_argument("--checkpoint", default="last",
-                        help="'last' (newest epoch), 'best' (lowest val loss), or a .weights.h5 path (default: last)")
+                        help="'last' (newest epoch), 'best' (best trainer.monitor of the run: lowest val loss by "
+                             "default), or a .weights.h5 path (default: last)")
     parser.add_argument("--average", type=int, metavar="N",
                         help="average the last N epoch checkpoints instead (they must be on disk: "
                              "trainer.keep_checkpoints >= N); also saves checkpoints/average_last{N}.weights.h5")

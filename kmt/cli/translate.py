@@ -104,13 +104,18 @@ def main(argv=None):
     except OSError as error:
         fail(f"cannot write {args.output}: {error.strerror}")
     with stream, out:
-        for texts, scores in translate_stream(translate_batch, lines(), args.batch_size, buffer_size, args.verbose):
-            if args.nbest is None:
-                texts, scores = [texts], [scores]
-            for text, score in zip(texts, scores):
-                text = text.replace("\n", " ")  # one line out per hypothesis
-                out.write(f"{score:.4f}\t{text}\n" if args.scores else f"{text}\n")
-            out.flush()  # out before the next lines are read, so a pipe or a terminal sees it now
+        try:
+            for texts, scores in translate_stream(translate_batch, lines(), args.batch_size, buffer_size,
+                                                  args.verbose):
+                if args.nbest is None:
+                    texts, scores = [texts], [scores]
+                for text, score in zip(texts, scores):
+                    text = text.replace("\n", " ")  # one line out per hypothesis
+                    out.write(f"{score:.4f}\t{text}\n" if args.scores else f"{text}\n")
+                out.flush()  # out before the next lines are read, so a pipe or a terminal sees it now
+        except BrokenPipeError:  # the reader left (`kmt-translate ... | head`): stop quietly, as Unix tools do
+            os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())  # so closing `out` cannot raise again
+            raise SystemExit(141)  # 128 + SIGPIPE, what a shell reports for a tool killed by a closed pipe
     if args.attention_plots:
         plot_attention(Path(args.export_dir).resolve().parent, plotted, args.attention_plots)
 
