@@ -84,7 +84,7 @@ def compile_model(model, cfg, schedule):
 
 def build_translator(model, vocabularies, decode_cfg, beam_size=None):
     """A text-to-text `kmt.export.Translator` with the search settings of `cfg.decode` (`beam_size`, when given,
-    instead of `decode.beam_size`: 1 for the greedy search that scores val during training)."""
+    instead of `decode.beam_size` and without sampling: 1 for the greedy search that scores val during training)."""
     from kmt.export import Translator
 
     return Translator(
@@ -94,4 +94,7 @@ def build_translator(model, vocabularies, decode_cfg, beam_size=None):
         length_penalty=decode_cfg.length_penalty,
         max_length_a=decode_cfg.max_length_a,
         max_length_b=decode_cfg.max_length_b,
+        # .get: a run's config.yaml from before these keys existed still exports.
+        sampling_topk=decode_cfg.get("sampling_topk", 1) if beam_size is None else 1,
+        sampling_temperature=decode_cfg.get("sampling_temperature", 1.0),
     )

@@ -115,6 +115,9 @@ class DecodeConfig:
     max_length_a: float = 1.5  # output limit: a * source length + b tokens (capped by model.max_length)
     max_length_b: int = 10
     batch_size: int = 64  # sentences per decoding batch when scoring val/test
+    sampling_topk: int = 1  # with beam_size 1: 0 draws each token from the whole distribution, k > 1 from the k most
+    # probable (back-translation, Edunov et al. 2018; OpenNMT-tf's sampling_topk); 1 is greedy search
+    sampling_temperature: float = 1.0  # divides the logits tokens are drawn from: > 1 flatter, < 1 sharper
 
 
 @dataclass
@@ -215,4 +218,18 @@ def validate(cfg):
         "trainer.keep_checkpoints must keep the checkpoints trainer.average_last averages. "
         f"Received: keep_checkpoints={trainer.keep_checkpoints}, average_last={trainer.average_last}",
     )
-    _check(decode.beam_size >= 1, f"decode.beam_size must be >= 1. Received: {decode.beam_size}")
+    validate_decode(decode)
+
+
+def validate_decode(decode):
+    """The `decode` checks, also for kmt-export's overrides (`.get`: a config.yaml written before a key existed)."""
+    beam_size, topk = decode.beam_size, decode.get("sampling_topk", 1)
+    temperature = decode.get("sampling_temperature", 1.0)
+    _check(beam_size >= 1, f"decode.beam_size must be >= 1. Received: {beam_size}")
+    _check(topk >= 0, f"decode.sampling_topk must be >= 0. Received: {topk}")
+    _check(
+        topk == 1 or beam_size == 1,
+        f"decode.sampling_topk samples with decode.beam_size=1 only. Received: sampling_topk={topk}, "
+        f"beam_size={beam_size}",
+    )
+    _check(temperature > 0, f"decode.sampling_temperature must be positive. Received: {temperature}")

@@ -16,7 +16,7 @@ import keras
 from keras import ops
 
 from kmt.layers.masks import causal_mask, padding_mask, source_attention_mask, target_attention_mask
-from kmt.search import beam_search, expand_to_beams, greedy_search
+from kmt.search import beam_search, expand_to_beams, greedy_search, sample_search
 
 class TransformerParts(NamedTuple):
     """The sublayers of a `build_transformer` model that decoding calls, found by their names."""
@@ -182,6 +182,9 @@ def translate_ids(
     end_id=3,
     pad_id=0,
     num_hypotheses=None,
+    sampling_topk=1,
+    sampling_temperature=1.0,
+    random_uniform=None,
 ):
     """Translates a batch of token ids: encode once, then greedy (`beam_size=1`) or beam search.
 
@@ -203,6 +206,12 @@ def translate_ids(
         start_id, end_id, pad_id: ints. Defaults to `2`, `3`, `0`.
         num_hypotheses: int n, 1 to K: return the n best hypotheses of each sentence (`beam_search`'s n-best list;
             greedy search has one). Defaults to `None`: the best one, without the hypothesis axis.
+        sampling_topk: int. With `beam_size` 1, 0 draws each token from the whole distribution and k > 1 from the
+            k most probable tokens (`sample_search`); 1 is greedy search (OpenNMT-tf's `sampling_topk`). Defaults
+            to `1`.
+        sampling_temperature: float. Divides the logits that tokens are drawn from. Defaults to `1.0`.
+        random_uniform: `shape -> float32 uniform [0, 1)` tensor, the randomness of sampling. Defaults to
+            `keras.random.uniform` (Keras's global seed generator).
 
     Returns `(tokens, scores)`: int32 `(B, L)` emitted tokens WITHOUT the start token, the end token then pad
     after it (a sentence stopped by its limit has no end token, only pad after it), and float32 `(B,)` scores
@@ -213,6 +222,8 @@ def translate_ids(
     max_length = max_length or parts.target_embedding.max_length
     if not max_length:
         raise ValueError(f"translate_ids needs max_length or a model with one. Received: max_length={max_length}")
+    if sampling_topk != 1 and beam_size != 1:
+        raise ValueError(f"sampling needs beam_size 1. Received: beam_size={beam_size}, sampling_topk={sampling_topk}")
     source = ops.convert_to_tensor(source, "int32")
     batch_size, source_length = ops.shape(source)[0], ops.shape(source)[1]
     limit = decode_length(source_length, max_length, max_length_a, max_length_b)  # L, the buffer's width
@@ -225,8 +236,14 @@ def translate_ids(
     ids = dict(start_id=start_id, end_id=end_id, pad_id=pad_id, max_lengths=limits)
     if beam_size == 1:
         if num_hypotheses not in (None, 1):
-            raise ValueError(f"greedy search has one hypothesis. Received: num_hypotheses={num_hypotheses}")
-        tokens, scores = greedy_search(next_fn, state, batch_size, limit, **ids)
+            raise ValueError(f"beam_size 1 gives one hypothesis. Received: num_hypotheses={num_hypotheses}")
+        if sampling_topk == 1:
+            tokens, scores = greedy_search(next_fn, state, batch_size, limit, **ids)
+        else:
+            noise = (random_uniform or keras.random.uniform)((batch_size, limit))
+            tokens, scores = sample_search(
+                next_fn, state, batch_size, limit, noise, sampling_topk, sampling_temperature, **ids
+            )
         if num_hypotheses == 1:
             tokens, scores = tokens[:, None], scores[:, None]
     else:

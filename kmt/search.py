@@ -70,6 +70,16 @@ def greedy_search(next_fn, state, batch_size, max_length, start_id=2, end_id=3, 
     Returns `(tokens, scores)`: int32 `(B, L+1)` with the start token in column 0 and pad after each `end_id`,
     and float32 `(B,)` sums of the log-probabilities of the emitted tokens (end included).
     """
+
+    def most_probable(logits, index):
+        return ops.cast(ops.argmax(_log_probs(logits, pad_id), axis=-1), "int32")
+
+    return _step_search(next_fn, state, batch_size, max_length, most_probable, start_id, end_id, pad_id, max_lengths)
+
+
+def _step_search(next_fn, state, batch_size, max_length, choose, start_id, end_id, pad_id, max_lengths):
+    """One hypothesis per sentence, extended by `choose(logits (B, V), index) -> int32 (B,)` at each step until
+    every sentence has emitted `end_id` or reached its limit; greedy and sampling search differ only in `choose`."""
     max_lengths = _sentence_limits(batch_size, max_length, max_lengths)  # (B,)
     tokens = _start_tokens((batch_size,), max_length, start_id, pad_id)  # (B, L+1)
     scores = ops.zeros((batch_size,), "float32")
@@ -80,8 +90,8 @@ def greedy_search(next_fn, state, batch_size, max_length, start_id=2, end_id=3, 
 
     def body(index, tokens, scores, finished, state):
         logits, state = next_fn(tokens, index, state)
+        token = choose(logits, index)  # (B,)
         log_probs = _log_probs(logits, pad_id)  # (B, V)
-        token = ops.cast(ops.argmax(log_probs, axis=-1), "int32")  # (B,)
         token_log_prob = ops.take_along_axis(log_probs, token[:, None], axis=1)[:, 0]  # (B,)
         token = ops.where(finished, pad_id, token)
         scores = scores + ops.where(finished, 0.0, token_log_prob)
@@ -92,6 +102,63 @@ def greedy_search(next_fn, state, batch_size, max_length, start_id=2, end_id=3, 
     index = ops.convert_to_tensor(0, "int32")
     _, tokens, scores, _, _ = ops.while_loop(cond, body, (index, tokens, scores, finished, state))
     return tokens, scores
+
+
+def sample_search(
+    next_fn,
+    state,
+    batch_size,
+    max_length,
+    noise,
+    top_k=0,
+    temperature=1.0,
+    start_id=2,
+    end_id=3,
+    pad_id=0,
+    max_lengths=None,
+):
+    """Draws each token from the model's distribution (random sampling, for back-translation: Edunov et al., 2018).
+
+    At step t each sentence's next token is drawn from `softmax(logits / temperature)`, restricted to its `top_k`
+    most probable tokens (renormalized) when `top_k` > 0, by inverting that distribution's cumulative sum at
+    `noise[:, t]`. The randomness is the caller's: the same noise gives the same sample, so tests can fix it and a
+    SavedModel can draw it with a stateful op. `top_k=1` is greedy search. Like greedy search, a sentence ends at
+    `end_id` or at its limit, and pad is never drawn.
+
+    Args:
+        next_fn, state, batch_size, max_length, start_id, end_id, pad_id, max_lengths: as for `greedy_search`.
+        noise: float `(B, L)` uniform numbers in [0, 1), one per sentence and step.
+        top_k: int; 0 samples from the whole vocabulary. Defaults to `0`.
+        temperature: float > 0; above 1 flattens the distribution, below 1 sharpens it. Defaults to `1.0`.
+
+    Returns `(tokens, scores)` as `greedy_search` does: the scores are the model's own log-probabilities of the
+    drawn tokens (at temperature 1, over the whole vocabulary), whatever `top_k` and `temperature` drew them.
+    """
+    if not isinstance(top_k, int) or top_k < 0:
+        raise ValueError(f"top_k must be an int >= 0. Received: top_k={top_k}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be positive. Received: temperature={temperature}")
+    if top_k == 1:  # one candidate: nothing to draw
+        return greedy_search(next_fn, state, batch_size, max_length, start_id, end_id, pad_id, max_lengths)
+    noise = ops.convert_to_tensor(noise, "float32")
+
+    def draw(logits, index):
+        log_probs = _log_probs(logits, pad_id)  # (B, V)
+        if top_k > 0:
+            candidate_log_probs, candidates = ops.top_k(log_probs, top_k)  # (B, k), most probable first
+        else:
+            candidate_log_probs = log_probs
+            candidates = ops.zeros_like(log_probs, "int32") + ops.arange(ops.shape(log_probs)[-1], dtype="int32")
+        probs = ops.softmax(candidate_log_probs / temperature, axis=-1)  # renormalized over the candidates
+        u = ops.take(noise, ops.reshape(index, (1,)), axis=1)  # (B, 1)
+        below = ops.sum(ops.cast(ops.cumsum(probs, axis=-1) <= u, "int32"), axis=-1, keepdims=True)  # (B, 1)
+        # Rounding can leave the last cumulative sum under u, or u can fall on a pad's zero-width slot: keep the
+        # draw on a candidate with a probability above 0.
+        below = ops.minimum(below, ops.shape(probs)[-1] - 1)
+        below = ops.where(ops.take_along_axis(probs, below, axis=1) > 0, below, ops.argmax(probs, axis=-1)[:, None])
+        return ops.cast(ops.take_along_axis(candidates, below, axis=1)[:, 0], "int32")
+
+    return _step_search(next_fn, state, batch_size, max_length, draw, start_id, end_id, pad_id, max_lengths)
 
 
 def beam_search(

@@ -61,6 +61,14 @@ def test_translate_stops_quietly_when_its_reader_leaves(smoke_run, tmp_path):
     assert b"Traceback" not in process.stderr.read()
 
 
+def test_train_help_explains_groups_values_and_data_dir():
+    result = run_cli("train", "--help")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Config groups (pick one with group=option):" in result.stdout
+    assert "experiment: multi30k_de_en, multi30k_en_de" in result.stdout
+    assert "  sampling_topk: 1" in result.stdout and "Corpora are read from $KMT_DATA_DIR" in result.stdout
+
+
 def test_translate_refuses_to_write_over_its_input(tmp_path):
     (tmp_path / "in.txt").write_text("Tuesday, March 5, 1996\n")
     result = run_cli("translate", tmp_path, "--input", tmp_path / "in.txt", "--output", tmp_path / "." / "in.txt")
@@ -143,6 +151,19 @@ def test_export_rebuilds_from_a_checkpoint(smoke_run, tmp_path):
     assert (smoke_run / "checkpoints" / "average_last2.weights.h5").exists()
     too_many = run_cli("export", smoke_run, "--average", "9")
     assert too_many.returncode == 2 and "needs 9 epoch checkpoints" in too_many.stderr
+
+
+def test_export_samples_for_back_translation(smoke_run, tmp_path):
+    result = run_cli("export", smoke_run, "--sampling-topk", "0", "--sampling-temperature", "1.5",
+                     "--output", tmp_path / "sample")
+    assert result.returncode == 0, result.stderr[-2000:]
+    translated = run_cli("translate", tmp_path / "sample", input="Tuesday, March 5, 1996\n" * 20)
+    assert translated.returncode == 0, translated.stderr[-2000:]
+    assert len(set(translated.stdout.splitlines())) > 1  # 20 draws from an undertrained model's distribution
+    both = run_cli("export", smoke_run, "--sampling-topk", "0", "--beam-size", "4", "--output", tmp_path / "no")
+    assert both.returncode == 2 and both.stderr.strip().splitlines()[-1] == (
+        "error: decode.sampling_topk samples with decode.beam_size=1 only. Received: sampling_topk=0, beam_size=4"
+    )
 
 
 def test_translate_saves_cross_attention_heatmaps(smoke_run, tmp_path):

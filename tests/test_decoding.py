@@ -6,7 +6,7 @@ import pytest
 from keras import ops
 
 from kmt.decoding import cached_next_fn, decode_length, decode_lengths, encode, translate_ids, uncached_next_fn
-from kmt.search import beam_search, expand_to_beams, greedy_search
+from kmt.search import beam_search, expand_to_beams, greedy_search, sample_search
 from kmt.model import build_transformer
 
 TINY = dict(vocab_size=20, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0, max_length=24)
@@ -146,6 +146,40 @@ def test_nbest_ranks_hypotheses_finished_at_different_steps(alpha):
     assert scores[0, 0] > scores[0, 1]
 
 
+def _sample(tree, noise, top_k=0, temperature=1.0, max_length=4):
+    noise = np.asarray(noise, "float32")
+    state = ops.convert_to_tensor(np.zeros(len(noise), "int32"))
+    return [_np(x) for x in sample_search(tree.next_fn, state, len(noise), max_length, noise, top_k, temperature)]
+
+
+def test_sampling_inverts_the_distribution_at_the_given_noise():
+    # Root: X 0.55 then Y 0.45 in vocabulary order (the other tokens ~1e-6 each, pad 0). After X: END 0.4, X, Y 0.3.
+    tokens, scores = _sample(CLASSIC, [[0.3, 0.2, 0.5, 0.5], [0.8, 0.5, 0.5, 0.5]])
+    np.testing.assert_array_equal(tokens[:, :3], [[START, X, END], [START, Y, END]])
+    assert (tokens[:, 3:] == PAD).all()
+    np.testing.assert_allclose(scores, [CLASSIC.log_prob(t) for t in tokens], rtol=1e-5)  # the model's log p
+    greedy, greedy_scores = _search(CLASSIC, max_length=4, start_nodes=(0, 0))
+    np.testing.assert_array_equal(_sample(CLASSIC, [[0.99] * 4, [0.01] * 4], top_k=1)[0], greedy)
+    # The two best renormalized (0.55 / 0.45) put 0.52 on X; at a high temperature they are near 0.5 / 0.5: Y.
+    assert _sample(CLASSIC, [[0.52, 0.5, 0.5, 0.5]], top_k=2)[0][0, 1] == X
+    assert _sample(CLASSIC, [[0.52, 0.5, 0.5, 0.5]], top_k=2, temperature=100.0)[0][0, 1] == Y
+    with pytest.raises(ValueError, match="temperature must be positive"):
+        _sample(CLASSIC, [[0.5] * 4], temperature=0.0)
+
+
+def test_sampled_tokens_follow_the_model_distribution():
+    noise = np.random.default_rng(0).random((4000, 4))
+    tokens, _ = _sample(CLASSIC, noise)
+    first = tokens[:, 1]
+    assert abs((first == X).mean() - 0.55) < 0.025 and abs((first == Y).mean() - 0.45) < 0.025
+    after_x = tokens[first == X, 2]
+    assert abs((after_x == END).mean() - 0.4) < 0.035  # END 0.4, X and Y 0.3 each after X
+    for row in tokens:  # pad only after the end token
+        ends = np.flatnonzero(row == END)
+        stop = ends[0] + 1 if len(ends) else len(row)
+        assert (row[:stop] != PAD).all() and (row[stop:] == PAD).all()
+
+
 @pytest.mark.parametrize("beam_size", [None, 1, 2])
 def test_sequences_stop_at_end_then_pad_and_respect_max_length(beam_size):
     # Row 0 (root 0) emits X X END; row 1 (root 3) repeats X and is cut at max_length.
@@ -241,8 +275,25 @@ def test_translate_ids_nbest_starts_with_the_best(beam_size):
     assert (np.diff(nbest_scores, axis=1) <= 0).all()
     assert all(len({tuple(h) for h in row}) == beam_size for row in nbest)  # distinct hypotheses
     if beam_size == 1:
-        with pytest.raises(ValueError, match="greedy search has one hypothesis"):
+        with pytest.raises(ValueError, match="beam_size 1 gives one hypothesis"):
             translate_ids(model, SOURCE, num_hypotheses=2)
+
+
+def test_translate_ids_samples_with_the_noise_it_is_given():
+    model = _random_model()
+    rng = np.random.default_rng(1)
+    fixed = [rng.random((3, 21)).astype("float32") for _ in range(2)]  # limit ceil(1.5 * 7 + 10) = 21
+
+    def sample(noise, **kwargs):
+        uniform = lambda shape: ops.convert_to_tensor(noise)  # noqa: E731
+        return _np(translate_ids(model, SOURCE, sampling_topk=0, random_uniform=uniform, **kwargs)[0])
+
+    first = sample(fixed[0])
+    np.testing.assert_array_equal(sample(fixed[0]), first)  # the same noise draws the same translations
+    assert (sample(fixed[1]) != first).any()
+    np.testing.assert_array_equal(sample(fixed[0], sampling_temperature=1e-4), _np(translate_ids(model, SOURCE)[0]))
+    with pytest.raises(ValueError, match="sampling needs beam_size 1"):
+        translate_ids(model, SOURCE, beam_size=2, sampling_topk=0)
 
 
 def test_translate_ids_limits_and_errors():

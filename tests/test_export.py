@@ -73,6 +73,16 @@ def test_nbest_signature_lists_the_beam_best_first(model_and_vocabularies, beam_
     assert translations[1].tolist() == [b""] * beam_size and (scores[1:3] == 0).all()  # empty in, empty out
 
 
+def test_a_sampling_export_draws_new_translations_at_every_call(model_and_vocabularies, tmp_path):
+    model, vocabularies = model_and_vocabularies
+    sentences = ["Tuesday, March 5, 1996", "the 1st of june 2031", ""] * 4
+    export_translator(Translator(model, vocabularies, beam_size=1, sampling_topk=0, max_length_b=5), tmp_path / "s")
+    translate = tf.saved_model.load(str(tmp_path / "s")).signatures["translate"]
+    first, second = (translate(text=tf.constant(sentences)) for _ in range(2))
+    assert first["translation"].numpy().tolist() != second["translation"].numpy().tolist()  # 8 draws of ~300 tokens
+    assert first["translation"].numpy()[2] == b"" and first["score"].numpy()[2] == 0  # empty in, empty out
+
+
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_uncached_translator_gives_the_cached_translations(model_and_vocabularies, beam_size):
     model, vocabularies = model_and_vocabularies

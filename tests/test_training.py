@@ -232,6 +232,10 @@ def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
         ("trainer.monitor=val_bleu", "trainer.monitor=val_bleu needs trainer.val_bleu=true"),
         ("trainer.patience=-1", "trainer.patience must be >= 0. Received: -1"),
         ("optim.gradient_accumulation_steps=0", "optim.gradient_accumulation_steps must be positive. Received: 0"),
+        ("decode.sampling_topk=-1 decode.beam_size=1", "decode.sampling_topk must be >= 0. Received: -1"),
+        ("decode.sampling_topk=0 decode.beam_size=4", "samples with decode.beam_size=1 only. Received: "
+                                                      "sampling_topk=0, beam_size=4"),
+        ("decode.sampling_temperature=0", "decode.sampling_temperature must be positive. Received: 0"),
     ],
 )
 def test_bad_values_are_rejected_before_any_data_is_read(override, message):

@@ -30,6 +30,12 @@ def parse_args(argv=None):
     parser.add_argument("--output", help="where to write the SavedModel (default: RUN_DIR/export)")
     parser.add_argument("--beam-size", type=int, help="beam size baked into the export (1: greedy)")
     parser.add_argument("--length-penalty", type=float, help="GNMT length penalty alpha baked into the export")
+    parser.add_argument("--sampling-topk", type=int, metavar="K",
+                        help="draw translations at random instead of searching (back-translation; beam size 1): "
+                             "0 from the whole distribution, K > 1 from the K most probable tokens; every call of "
+                             "the export draws anew")
+    parser.add_argument("--sampling-temperature", type=float, metavar="T",
+                        help="temperature of --sampling-topk: > 1 flatter, < 1 sharper (default: 1)")
     return parser.parse_args(argv)
 
 
@@ -41,6 +47,7 @@ def main(argv=None):
         from kmt.build import build_translator
         from kmt.callbacks import save_weights_atomically
         from kmt.checkpoints import average_checkpoints, last_epoch_checkpoints, load_run_model
+        from kmt.config import validate_decode
         from kmt.export import export_translator
 
         cfg, vocabularies, model = load_run_model(run_dir, args.checkpoint)
@@ -53,6 +60,13 @@ def main(argv=None):
             cfg.decode.beam_size = args.beam_size
         if args.length_penalty is not None:
             cfg.decode.length_penalty = args.length_penalty
+        if args.sampling_topk is not None:
+            cfg.decode.sampling_topk = args.sampling_topk
+            if args.beam_size is None and args.sampling_topk != 1:
+                cfg.decode.beam_size = 1  # sampling draws one translation; no beam to ask for
+        if args.sampling_temperature is not None:
+            cfg.decode.sampling_temperature = args.sampling_temperature
+        validate_decode(cfg.decode)
         output = Path(args.output) if args.output else run_dir / "export"
         export_translator(build_translator(model, vocabularies, cfg.decode), output)
         print(f"exported {source} to {output}")
