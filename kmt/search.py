@@ -71,14 +71,14 @@ def greedy_search(next_fn, state, batch_size, max_length, start_id=2, end_id=3, 
     and float32 `(B,)` sums of the log-probabilities of the emitted tokens (end included).
     """
 
-    def most_probable(logits, index):
-        return ops.cast(ops.argmax(_log_probs(logits, pad_id), axis=-1), "int32")
+    def most_probable(log_probs, index):
+        return ops.cast(ops.argmax(log_probs, axis=-1), "int32")
 
     return _step_search(next_fn, state, batch_size, max_length, most_probable, start_id, end_id, pad_id, max_lengths)
 
 
 def _step_search(next_fn, state, batch_size, max_length, choose, start_id, end_id, pad_id, max_lengths):
-    """One hypothesis per sentence, extended by `choose(logits (B, V), index) -> int32 (B,)` at each step until
+    """One hypothesis per sentence, extended by `choose(log_probs (B, V), index) -> int32 (B,)` at each step until
     every sentence has emitted `end_id` or reached its limit; greedy and sampling search differ only in `choose`."""
     max_lengths = _sentence_limits(batch_size, max_length, max_lengths)  # (B,)
     tokens = _start_tokens((batch_size,), max_length, start_id, pad_id)  # (B, L+1)
@@ -90,8 +90,8 @@ def _step_search(next_fn, state, batch_size, max_length, choose, start_id, end_i
 
     def body(index, tokens, scores, finished, state):
         logits, state = next_fn(tokens, index, state)
-        token = choose(logits, index)  # (B,)
         log_probs = _log_probs(logits, pad_id)  # (B, V)
+        token = choose(log_probs, index)  # (B,)
         token_log_prob = ops.take_along_axis(log_probs, token[:, None], axis=1)[:, 0]  # (B,)
         token = ops.where(finished, pad_id, token)
         scores = scores + ops.where(finished, 0.0, token_log_prob)
@@ -142,18 +142,18 @@ def sample_search(
         return greedy_search(next_fn, state, batch_size, max_length, start_id, end_id, pad_id, max_lengths)
     noise = ops.convert_to_tensor(noise, "float32")
 
-    def draw(logits, index):
-        log_probs = _log_probs(logits, pad_id)  # (B, V)
+    def draw(log_probs, index):
         if top_k > 0:
             candidate_log_probs, candidates = ops.top_k(log_probs, top_k)  # (B, k), most probable first
         else:
             candidate_log_probs = log_probs
             candidates = ops.zeros_like(log_probs, "int32") + ops.arange(ops.shape(log_probs)[-1], dtype="int32")
+        # softmax(log p / T) = softmax(logits / T): log p differs from the logits by a constant per sentence.
         probs = ops.softmax(candidate_log_probs / temperature, axis=-1)  # renormalized over the candidates
         u = ops.take(noise, ops.reshape(index, (1,)), axis=1)  # (B, 1)
         below = ops.sum(ops.cast(ops.cumsum(probs, axis=-1) <= u, "int32"), axis=-1, keepdims=True)  # (B, 1)
-        # Rounding can leave the last cumulative sum under u, or u can fall on a pad's zero-width slot: keep the
-        # draw on a candidate with a probability above 0.
+        # The first candidate whose cumulative sum passes u has a probability above 0. Rounding can leave the last
+        # sums under u, pointing past the end or at a trailing zero: clamp, then take the most probable instead.
         below = ops.minimum(below, ops.shape(probs)[-1] - 1)
         below = ops.where(ops.take_along_axis(probs, below, axis=1) > 0, below, ops.argmax(probs, axis=-1)[:, None])
         return ops.cast(ops.take_along_axis(candidates, below, axis=1)[:, 0], "int32")
