@@ -97,4 +97,5 @@ def build_translator(model, vocabularies, decode_cfg, beam_size=None):
         # .get: a run's config.yaml from before these keys existed still exports.
         sampling_topk=decode_cfg.get("sampling_topk", 1) if beam_size is None else 1,
         sampling_temperature=decode_cfg.get("sampling_temperature", 1.0),
+        sampling_topp=decode_cfg.get("sampling_topp", 1.0),
     )

@@ -118,6 +118,8 @@ class DecodeConfig:
     sampling_topk: int = 1  # with beam_size 1: 0 draws each token from the whole distribution, k > 1 from the k most
     # probable (back-translation, Edunov et al. 2018; OpenNMT-tf's sampling_topk); 1 is greedy search
     sampling_temperature: float = 1.0  # divides the logits tokens are drawn from: > 1 flatter, < 1 sharper
+    sampling_topp: float = 1.0  # with sampling: draw from the fewest most probable tokens holding this much
+    # probability (nucleus sampling; fairseq's --sampling-topp); 1 is off
 
 
 @dataclass
@@ -224,7 +226,7 @@ def validate(cfg):
 def validate_decode(decode):
     """The `decode` checks, also for kmt-export's overrides (`.get`: a config.yaml written before a key existed)."""
     beam_size, topk = decode.beam_size, decode.get("sampling_topk", 1)
-    temperature = decode.get("sampling_temperature", 1.0)
+    temperature, topp = decode.get("sampling_temperature", 1.0), decode.get("sampling_topp", 1.0)
     _check(beam_size >= 1, f"decode.beam_size must be >= 1. Received: {beam_size}")
     _check(topk >= 0, f"decode.sampling_topk must be >= 0. Received: {topk}")
     _check(
@@ -233,3 +235,9 @@ def validate_decode(decode):
         f"beam_size={beam_size}",
     )
     _check(temperature > 0, f"decode.sampling_temperature must be positive. Received: {temperature}")
+    _check(0 < topp <= 1, f"decode.sampling_topp must be in (0, 1]. Received: {topp}")
+    _check(
+        topp == 1 or topk != 1,
+        f"decode.sampling_topp applies to sampling: set decode.sampling_topk=0 (or K > 1) too. Received: "
+        f"sampling_topp={topp}, sampling_topk={topk}",
+    )

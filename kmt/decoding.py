@@ -184,6 +184,7 @@ def translate_ids(
     num_hypotheses=None,
     sampling_topk=1,
     sampling_temperature=1.0,
+    sampling_topp=1.0,
     random_uniform=None,
 ):
     """Translates a batch of token ids: encode once, then greedy (`beam_size=1`) or beam search.
@@ -210,6 +211,8 @@ def translate_ids(
             k most probable tokens (`sample_search`); 1 is greedy search (OpenNMT-tf's `sampling_topk`). Defaults
             to `1`.
         sampling_temperature: float. Divides the logits that tokens are drawn from. Defaults to `1.0`.
+        sampling_topp: float in (0, 1]. Draws from the fewest most probable tokens that hold this much of the
+            probability (nucleus sampling; fairseq's `--sampling-topp`); 1 is off. Defaults to `1.0`.
         random_uniform: `shape -> float32 uniform [0, 1)` tensor, the randomness of sampling. Defaults to
             `keras.random.uniform` (Keras's global seed generator).
 
@@ -242,7 +245,7 @@ def translate_ids(
         else:
             noise = (random_uniform or keras.random.uniform)((batch_size, limit))
             tokens, scores = sample_search(
-                next_fn, state, batch_size, limit, noise, sampling_topk, sampling_temperature, **ids
+                next_fn, state, batch_size, limit, noise, sampling_topk, sampling_temperature, sampling_topp, **ids
             )
         if num_hypotheses == 1:
             tokens, scores = tokens[:, None], scores[:, None]

@@ -39,12 +39,14 @@ class Translator(tf.Module):
         max_length_a, max_length_b: output limit `a * source_length + b` tokens. Default to `1.5` and `10`.
         max_length: int. Longest input and output in tokens. Defaults to the model's.
         use_cache: bool. Key/value cache (True) or rerunning the decoder on the prefix (False). Defaults to `True`.
-        sampling_topk, sampling_temperature: random sampling instead of greedy search, with `beam_size` 1 (see
-            `kmt.decoding.translate_ids`): every call draws new translations. Default to `1` (off) and `1.0`.
+        sampling_topk, sampling_temperature, sampling_topp: random sampling instead of greedy search, with
+            `beam_size` 1 (see `kmt.decoding.translate_ids`): every call draws new translations. Default to `1`
+            (off), `1.0` and `1.0`.
     """
 
     def __init__(self, model, vocabularies, beam_size=4, length_penalty=0.6, max_length_a=1.5, max_length_b=10,
-                 max_length=None, use_cache=True, sampling_topk=1, sampling_temperature=1.0):
+                 max_length=None, use_cache=True, sampling_topk=1, sampling_temperature=1.0,
+                 sampling_topp=1.0):
         super().__init__(name="translator")
         # What the SavedModel must hold: the weights and the SentencePiece resources. The Keras model itself stays
         # in the closure below, untracked.
@@ -68,6 +70,7 @@ class Translator(tf.Module):
             use_cache=use_cache,
             sampling_topk=sampling_topk,
             sampling_temperature=sampling_temperature,
+            sampling_topp=sampling_topp,
             random_uniform=lambda shape: tf.random.uniform(shape),  # a stateful op: new draws every call
         )
         source_tokenizer, target_tokenizer = vocabularies.source, vocabularies.target

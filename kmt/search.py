@@ -112,6 +112,7 @@ def sample_search(
     noise,
     top_k=0,
     temperature=1.0,
+    top_p=1.0,
     start_id=2,
     end_id=3,
     pad_id=0,
@@ -120,16 +121,18 @@ def sample_search(
     """Draws each token from the model's distribution (random sampling, for back-translation: Edunov et al., 2018).
 
     At step t each sentence's next token is drawn from `softmax(logits / temperature)`, restricted to its `top_k`
-    most probable tokens (renormalized) when `top_k` > 0, by inverting that distribution's cumulative sum at
-    `noise[:, t]`. The randomness is the caller's: the same noise gives the same sample, so tests can fix it and a
-    SavedModel can draw it with a stateful op. `top_k=1` is greedy search. Like greedy search, a sentence ends at
-    `end_id` or at its limit, and pad is never drawn.
+    most probable tokens when `top_k` > 0, then to the fewest most probable tokens that hold `top_p` of the
+    probability when `top_p` < 1 (nucleus sampling, Holtzman et al., 2020), renormalized, by inverting that
+    distribution's cumulative sum at `noise[:, t]`. The randomness is the caller's: the same noise gives the same
+    sample, so tests can fix it and a SavedModel can draw it with a stateful op. `top_k=1` is greedy search. Like
+    greedy search, a sentence ends at `end_id` or at its limit, and pad is never drawn.
 
     Args:
         next_fn, state, batch_size, max_length, start_id, end_id, pad_id, max_lengths: as for `greedy_search`.
         noise: float `(B, L)` uniform numbers in [0, 1), one per sentence and step.
         top_k: int; 0 samples from the whole vocabulary. Defaults to `0`.
         temperature: float > 0; above 1 flattens the distribution, below 1 sharpens it. Defaults to `1.0`.
+        top_p: float in (0, 1]; 1 keeps every candidate. Defaults to `1.0`.
 
     Returns `(tokens, scores)` as `greedy_search` does: the scores are the model's own log-probabilities of the
     drawn tokens (at temperature 1, over the whole vocabulary), whatever `top_k` and `temperature` drew them.
@@ -138,18 +141,23 @@ def sample_search(
         raise ValueError(f"top_k must be an int >= 0. Received: top_k={top_k}")
     if not temperature > 0:
         raise ValueError(f"temperature must be positive. Received: temperature={temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1]. Received: top_p={top_p}")
     if top_k == 1:  # one candidate: nothing to draw
         return greedy_search(next_fn, state, batch_size, max_length, start_id, end_id, pad_id, max_lengths)
     noise = ops.convert_to_tensor(noise, "float32")
 
     def draw(log_probs, index):
-        if top_k > 0:
-            candidate_log_probs, candidates = ops.top_k(log_probs, top_k)  # (B, k), most probable first
+        if top_k > 0 or top_p < 1:  # (B, k), most probable first (all V of them for top-p alone)
+            candidate_log_probs, candidates = ops.top_k(log_probs, top_k or ops.shape(log_probs)[-1])
         else:
             candidate_log_probs = log_probs
             candidates = ops.zeros_like(log_probs, "int32") + ops.arange(ops.shape(log_probs)[-1], dtype="int32")
         # softmax(log p / T) = softmax(logits / T): log p differs from the logits by a constant per sentence.
         probs = ops.softmax(candidate_log_probs / temperature, axis=-1)  # renormalized over the candidates
+        if top_p < 1:  # the nucleus: candidates whose more probable predecessors hold less than top_p
+            probs = ops.where(ops.cumsum(probs, axis=-1) - probs < top_p, probs, 0.0)
+            probs = probs / ops.sum(probs, axis=-1, keepdims=True)
         u = ops.take(noise, ops.reshape(index, (1,)), axis=1)  # (B, 1)
         below = ops.sum(ops.cast(ops.cumsum(probs, axis=-1) <= u, "int32"), axis=-1, keepdims=True)  # (B, 1)
         # The first candidate whose cumulative sum passes u has a probability above 0. Rounding can leave the last

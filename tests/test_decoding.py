@@ -1,4 +1,5 @@
 import math
+import re
 
 import keras
 import numpy as np
@@ -146,10 +147,11 @@ def test_nbest_ranks_hypotheses_finished_at_different_steps(alpha):
     assert scores[0, 0] > scores[0, 1]
 
 
-def _sample(tree, noise, top_k=0, temperature=1.0, max_length=4):
+def _sample(tree, noise, top_k=0, temperature=1.0, top_p=1.0, max_length=4):
     noise = np.asarray(noise, "float32")
     state = ops.convert_to_tensor(np.zeros(len(noise), "int32"))
-    return [_np(x) for x in sample_search(tree.next_fn, state, len(noise), max_length, noise, top_k, temperature)]
+    outputs = sample_search(tree.next_fn, state, len(noise), max_length, noise, top_k, temperature, top_p)
+    return [_np(x) for x in outputs]
 
 
 def test_sampling_inverts_the_distribution_at_the_given_noise():
@@ -163,8 +165,14 @@ def test_sampling_inverts_the_distribution_at_the_given_noise():
     # The two best renormalized (0.55 / 0.45) put 0.52 on X; at a high temperature they are near 0.5 / 0.5: Y.
     assert _sample(CLASSIC, [[0.52, 0.5, 0.5, 0.5]], top_k=2)[0][0, 1] == X
     assert _sample(CLASSIC, [[0.52, 0.5, 0.5, 0.5]], top_k=2, temperature=100.0)[0][0, 1] == Y
+    # Nucleus: X alone holds 0.55 >= 0.5, so top_p 0.5 keeps only X; 0.6 needs Y too (renormalized as before).
+    assert _sample(CLASSIC, [[0.9, 0.5, 0.5, 0.5]], top_p=0.5)[0][0, 1] == X
+    assert _sample(CLASSIC, [[0.9, 0.5, 0.5, 0.5]], top_p=0.6)[0][0, 1] == Y
+    assert _sample(CLASSIC, [[0.9, 0.5, 0.5, 0.5]], top_k=2, top_p=0.5)[0][0, 1] == X
     with pytest.raises(ValueError, match="temperature must be positive"):
         _sample(CLASSIC, [[0.5] * 4], temperature=0.0)
+    with pytest.raises(ValueError, match=re.escape("top_p must be in (0, 1]. Received: top_p=0.0")):
+        _sample(CLASSIC, [[0.5] * 4], top_p=0.0)
 
 
 def test_sampled_tokens_follow_the_model_distribution():

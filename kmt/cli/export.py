@@ -36,6 +36,9 @@ def parse_args(argv=None):
                              "the export draws anew")
     parser.add_argument("--sampling-temperature", type=float, metavar="T",
                         help="temperature of --sampling-topk: > 1 flatter, < 1 sharper (default: 1)")
+    parser.add_argument("--sampling-topp", type=float, metavar="P",
+                        help="with --sampling-topk: draw from the fewest most probable tokens that hold P of the "
+                             "probability (nucleus sampling; default: 1, off)")
     return parser.parse_args(argv)
 
 
@@ -66,6 +69,8 @@ def main(argv=None):
                 cfg.decode.beam_size = 1  # sampling draws one translation; no beam to ask for
         if args.sampling_temperature is not None:
             cfg.decode.sampling_temperature = args.sampling_temperature
+        if args.sampling_topp is not None:
+            cfg.decode.sampling_topp = args.sampling_topp
         validate_decode(cfg.decode)
         output = Path(args.output) if args.output else run_dir / "export"
         export_translator(build_translator(model, vocabularies, cfg.decode), output)
