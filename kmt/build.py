@@ -94,8 +94,7 @@ def build_translator(model, vocabularies, decode_cfg, beam_size=None):
         length_penalty=decode_cfg.length_penalty,
         max_length_a=decode_cfg.max_length_a,
         max_length_b=decode_cfg.max_length_b,
-        # .get: a run's config.yaml from before these keys existed still exports.
-        sampling_topk=decode_cfg.get("sampling_topk", 1) if beam_size is None else 1,
-        sampling_temperature=decode_cfg.get("sampling_temperature", 1.0),
-        sampling_topp=decode_cfg.get("sampling_topp", 1.0),
+        sampling_topk=decode_cfg.sampling_topk if beam_size is None else 1,
+        sampling_temperature=decode_cfg.sampling_temperature,
+        sampling_topp=decode_cfg.sampling_topp,
     )

@@ -44,6 +44,7 @@ def load_run_model(run_dir, checkpoint="last"):
     from omegaconf import OmegaConf
 
     from kmt.build import build_model
+    from kmt.config import DecodeConfig
     from kmt.tokenizer import Vocabularies
 
     run_dir = Path(run_dir)
@@ -51,6 +52,8 @@ def load_run_model(run_dir, checkpoint="last"):
         raise KmtError(f"{run_dir} is not a kmt run directory (no config.yaml)")
     path = find_checkpoint(run_dir, checkpoint)
     cfg = OmegaConf.load(run_dir / "config.yaml")
+    # Onto the schema: a run saved before a decode option existed gets its default, and overrides are type-checked.
+    cfg.decode = OmegaConf.merge(OmegaConf.structured(DecodeConfig), cfg.get("decode", {}))
     vocabularies = Vocabularies.load(run_dir / "tokenizer")
     model = build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size, "float32")
     model.load_weights(path)

@@ -224,9 +224,9 @@ def validate(cfg):
 
 
 def validate_decode(decode):
-    """The `decode` checks, also for kmt-export's overrides (`.get`: a config.yaml written before a key existed)."""
-    beam_size, topk = decode.beam_size, decode.get("sampling_topk", 1)
-    temperature, topp = decode.get("sampling_temperature", 1.0), decode.get("sampling_topp", 1.0)
+    """The `decode` checks, for kmt-train's config and for kmt-export's overrides of a run's."""
+    beam_size, topk = decode.beam_size, decode.sampling_topk
+    temperature, topp = decode.sampling_temperature, decode.sampling_topp
     _check(beam_size >= 1, f"decode.beam_size must be >= 1. Received: {beam_size}")
     _check(topk >= 0, f"decode.sampling_topk must be >= 0. Received: {topk}")
     _check(

@@ -166,6 +166,25 @@ def test_export_samples_for_back_translation(smoke_run, tmp_path):
     )
 
 
+def test_a_run_saved_before_a_decode_option_existed_gets_its_default(smoke_run, tmp_path):
+    import shutil
+
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ValidationError
+
+    from kmt.checkpoints import load_run_model
+
+    run = shutil.copytree(smoke_run, tmp_path / "run", ignore=shutil.ignore_patterns("export"))
+    old = OmegaConf.load(run / "config.yaml")
+    old.decode = {k: v for k, v in old.decode.items() if not k.startswith("sampling_")}
+    OmegaConf.save(old, run / "config.yaml")
+    cfg, _, _ = load_run_model(run)
+    assert (cfg.decode.sampling_topk, cfg.decode.sampling_temperature, cfg.decode.sampling_topp) == (1, 1.0, 1.0)
+    assert cfg.decode.beam_size == old.decode.beam_size
+    with pytest.raises(ValidationError):
+        cfg.decode.sampling_topk = "many"  # overrides of a loaded run are type-checked against the schema
+
+
 def test_translate_saves_cross_attention_heatmaps(smoke_run, tmp_path):
     result = run_cli("translate", smoke_run / "export", "--attention-plots", tmp_path / "plots",
                      input="Tuesday, March 5, 1996\n\nthe 3rd of june 2031\n")
