@@ -4,7 +4,17 @@ Importing kmt registers its Keras objects (layers, mask functions, loss, metric,
 `model.keras` loads with `keras.saving.load_model(path)` (safe mode on) after `import kmt`.
 """
 
-from kmt import layers, losses, schedule  # noqa: F401  (registers the Keras serializables)
-from kmt.model import build_transformer  # noqa: F401
+import sys
+
+from kmt._startup import filtered_startup_logs
+
+with filtered_startup_logs():  # importing TensorFlow and finding its devices logs lines no user needs
+    import keras
+
+    if "tensorflow" in sys.modules:
+        sys.modules["tensorflow"].config.list_physical_devices()
+
+from kmt import layers, losses, schedule  # noqa: E402, F401  (registers the Keras serializables)
+from kmt.model import build_transformer  # noqa: E402, F401
 
 __version__ = "0.1.0"

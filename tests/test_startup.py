@@ -1,0 +1,50 @@
+"""TensorFlow's native start-up lines are kept out of kmt's output; everything else written to stderr still shows."""
+
+import os
+import subprocess
+import sys
+
+from kmt._startup import _STARTUP_NOISE, filtered_startup_logs
+
+NOISE = [
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n",
+    "I0000 00:00:1795450681.343016    4653 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will "
+    "not be used.\n",
+    "I0000 00:00:1795450681.415908    4653 cpu_feature_guard.cc:227] This TensorFlow binary is optimized to use "
+    "available CPU instructions in performance-critical operations.\n",
+    "To enable the following instructions: AVX2 FMA, in other operations, rebuild TensorFlow with the appropriate "
+    "compiler flags.\n",
+    "E0000 00:00:1795450685.679534    4653 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error: Failed "
+    "call to cuInit: UNKNOWN ERROR (303)\n",
+]
+KEPT = [
+    "E0000 00:00:1795450685.679534    4653 saved_model.cc:1] a native error that is not the CUDA probe\n",
+    "UserWarning: a Python warning (a process's sys.stderr writes to descriptor 2 too)\n",
+]
+
+
+def test_the_known_start_up_lines_are_dropped_and_the_rest_kept_in_order(capfd, monkeypatch):
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    with filtered_startup_logs():
+        os.write(2, "".join(NOISE[:2] + KEPT[:1] + NOISE[2:] + KEPT[1:]).encode())  # as C++ writes, below Python
+    print("after", file=sys.stderr)  # stderr works again once the block ends
+    assert capfd.readouterr().err == "".join(KEPT) + "after\n"
+
+
+def test_tf_cpp_min_log_level_0_turns_the_filter_off(capfd, monkeypatch):
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")
+    with filtered_startup_logs():
+        os.write(2, "".join(NOISE).encode())
+    assert capfd.readouterr().err == "".join(NOISE)
+
+
+def test_importing_kmt_and_running_tensorflow_prints_nothing():
+    """Run for real: with the filter off, this TensorFlow prints start-up lines the filter knows; with it on, none."""
+    script = "import kmt, tensorflow as tf; print(int(tf.constant(1) + 1))"
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"} | {"KERAS_BACKEND": "tensorflow"}
+    shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           env=env | {"TF_CPP_MIN_LOG_LEVEL": "0"})
+    quiet = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert shown.returncode == quiet.returncode == 0 and shown.stdout == quiet.stdout == "2\n"
+    assert any(_STARTUP_NOISE.match(line) for line in shown.stderr.splitlines()), shown.stderr
+    assert quiet.stderr == ""
