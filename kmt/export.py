@@ -6,7 +6,11 @@ The graph holds stock TensorFlow ops plus tensorflow-text's SentencePiece ops, s
 take `text`: tf.string `[None]` and return `translation`: tf.string `[None]` and `score`: float32 `[None]`
 (the hypothesis' log-probability, divided by the length penalty under beam search). `translate_nbest` takes the
 same `text` and returns the beam's n-best list, best first: `translations`: tf.string `[None, K]` and `scores`:
-float32 `[None, K]` (K the beam size; one column under greedy search).
+float32 `[None, K]` (K the beam size; one column under greedy search). `score` takes `source` and `target`:
+tf.string `[None]` each, pairs of a sentence and a translation of it, and returns the model's log-probability of
+each translation, `score`: float32 `[None]` (its tokens' and the end token's; NaN for a pair whose source is empty
+or which has a side longer than the model's `max_length`), and `length`: int32 `[None]`, the count of tokens
+scored (forced decoding; fairseq's `--score-reference`).
 
 Only the model's weights are saved, once each, through the `tf.Module` object graph; no optimizer state.
 """
@@ -19,11 +23,12 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from kmt.decoding import translate_ids
+from kmt.decoding import score_ids, translate_ids
 
 logger = logging.getLogger(__name__)
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
+PAIR_SPECS = [tf.TensorSpec([None], tf.string, name="source"), tf.TensorSpec([None], tf.string, name="target")]
 
 
 class Translator(tf.Module):
@@ -104,8 +109,26 @@ class Translator(tf.Module):
                 "scores": tf.where(empty[:, None], tf.zeros_like(scores), scores),
             }
 
+        def score(source, target):
+            max_length = search["max_length"]
+            source_ids = source_tokenizer.tokenize(source)  # (B, None) ragged
+            target_ids = target_tokenizer.tokenize(target)
+            # The target's tokens and the start token need a position each, as in training; a pair cut to fit
+            # would be scored as another pair, and an empty source is nothing the model was trained to translate
+            # (training drops such pairs), so these get NaN instead.
+            source_lengths = source_ids.row_lengths()
+            fits = (source_lengths > 0) & (source_lengths <= max_length) & (target_ids.row_lengths() < max_length)
+            source_ids = source_ids[:, :max_length].to_tensor(default_value=0)
+            source_ids = tf.pad(source_ids, [[0, 0], [0, tf.maximum(1 - tf.shape(source_ids)[1], 0)]])
+            scores, lengths = score_ids(model, source_ids, target_ids[:, : max_length - 1].to_tensor(default_value=0))
+            return {
+                "score": tf.where(fits, tf.cast(scores, tf.float32), float("nan")),
+                "length": tf.cast(target_ids.row_lengths() + 1, tf.int32),
+            }
+
         self.translate = tf.function(translate, input_signature=[TEXT_SPEC])
         self.translate_nbest = tf.function(translate_nbest, input_signature=[TEXT_SPEC])
+        self.score = tf.function(score, input_signature=PAIR_SPECS)
 
     def __call__(self, sentences):
         """Translates a list of str; returns a list of str."""
@@ -120,7 +143,7 @@ def export_translator(translator, directory):
     partial = directory.with_name(directory.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     signatures = {"translate": translator.translate, "serving_default": translator.translate,
-                  "translate_nbest": translator.translate_nbest}
+                  "translate_nbest": translator.translate_nbest, "score": translator.score}
     tf.saved_model.save(translator, str(partial), signatures=signatures)
     if directory.exists():
         shutil.rmtree(directory)

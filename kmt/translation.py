@@ -7,25 +7,31 @@ import time
 logger = logging.getLogger(__name__)
 
 
-def translate_lines(translate_batch, lines, batch_size=64, progress=False):
-    """Translates `lines` (a list of str) with `translate_batch(list of str) -> (translations, scores)`.
-
-    Lines are sorted by length into batches of `batch_size`, so little work goes to padding, and returned in
-    input order: output i always translates input i, empty lines included. Returns `(translations, scores)`.
-    """
-    order = sorted(range(len(lines)), key=lambda i: len(lines[i]))
-    translations, scores = [""] * len(lines), [0.0] * len(lines)
+def map_sorted(fn, items, batch_size=64, key=len, progress=False, verb="translated"):
+    """`fn` over `items` in batches of similar `key` (a length), so little work goes to padding; returns the
+    results in input order. `fn(list of items) -> list of results`, one per item. With `progress`, logs
+    `<verb> done/total (items/s)` after each batch."""
+    order = sorted(range(len(items)), key=lambda i: key(items[i]))
+    results = [None] * len(items)
     started = time.perf_counter()
     for start in range(0, len(order), batch_size):
         batch = order[start : start + batch_size]
-        outputs, batch_scores = translate_batch([lines[i] for i in batch])
-        for i, text, score in zip(batch, outputs, batch_scores):
-            translations[i], scores[i] = text, score
+        for i, result in zip(batch, fn([items[i] for i in batch])):
+            results[i] = result
         if progress:
             done = min(start + batch_size, len(order))
-            logger.info("translated %d/%d sentences (%.1f/s)", done, len(order),
-                        done / (time.perf_counter() - started))
-    return translations, scores
+            logger.info("%s %d/%d (%.1f/s)", verb, done, len(order), done / (time.perf_counter() - started))
+    return results
+
+
+def translate_lines(translate_batch, lines, batch_size=64, progress=False):
+    """Translates `lines` (a list of str) with `translate_batch(list of str) -> (translations, scores)`.
+
+    Lines are sorted by length into batches of `batch_size` (`map_sorted`) and returned in input order: output i
+    always translates input i, empty lines included. Returns `(translations, scores)`.
+    """
+    results = map_sorted(lambda batch: zip(*translate_batch(batch)), lines, batch_size, progress=progress)
+    return [text for text, _ in results], [score for _, score in results]
 
 
 def translate_stream(translate_batch, lines, batch_size=64, buffer_size=1000, progress=False):

@@ -1,8 +1,10 @@
 """The console scripts on a real (smoke) run: kmt-translate, kmt-evaluate, kmt-export."""
 
 import json
+import math
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
@@ -200,3 +202,33 @@ def test_saved_model_cli_run_translates(smoke_run):
     assert result.returncode == 0, result.stderr[-2000:]
     output = result.stdout.split("Result for output key translation:")[1].strip().splitlines()[0]
     assert output.startswith("[b'") and output.endswith("b'']")  # one translation, then the empty input's
+
+
+def test_score_writes_log_probabilities_and_perplexity(smoke_run, tmp_path):
+    source, target = tmp_path / "source.txt", tmp_path / "target.txt"
+    source.write_text("Tuesday, March 5, 1996\n5 june 2001\n\n1 May 1990\n" + "z" * 3000 + "\n1 May 1990\n")
+    target.write_text("1996-03-05\n2001-06-05\n2000-01-01\n1990-05-01\n1990-01-01\n\n")
+    total = run_cli("score", smoke_run / "export", "--source", source, "--target", target)
+    per_token = run_cli("score", smoke_run / "export", "--source", source, "--target", target, "--per-token",
+                        "--output", tmp_path / "scores.txt")
+    for result in (total, per_token):  # lines 3 (empty source) and 5 (over-long) are not scored: exit 1, one line
+        assert result.returncode == 1, result.stderr[-2000:]
+        error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+        assert error == ["error: 2 of 6 pairs were not scored, their lines read nan: an empty source (lines 3); a "
+                         "side longer than the model's maximum length (lines 5); the other scores were written"]
+    sums = [float(line) for line in total.stdout.splitlines()]
+    means = [float(line) for line in (tmp_path / "scores.txt").read_text().splitlines()]
+    assert len(sums) == len(means) == 6 and math.isnan(sums[2]) and math.isnan(sums[4]) and math.isnan(means[4])
+    scored = [0, 1, 3, 5]
+    assert all(sums[i] < 0 for i in scored) and sums[3] != sums[1]
+    lengths = [round(sums[i] / means[i]) for i in scored]  # tokens: the target's and the end token
+    assert lengths[3] == 1 and all(n > 1 for n in lengths[:3])  # the empty target is scored: its end token
+    ppl = math.exp(-sum(sums[i] for i in scored) / sum(lengths))
+    summary = re.search(r"scored 4 pairs, (\d+) tokens: (\S+) per token, perplexity (\S+)", total.stderr)
+    assert summary and int(summary[1]) == sum(lengths) and float(summary[3]) == pytest.approx(ppl, abs=0.01)
+    (tmp_path / "one.src").write_text("Tuesday, March 5, 1996\n")
+    (tmp_path / "one.tgt").write_text("1996-03-05\n")
+    alone = run_cli("score", smoke_run / "export", "--source", tmp_path / "one.src", "--target", tmp_path / "one.tgt")
+    assert alone.returncode == 0 and float(alone.stdout) == pytest.approx(sums[0], abs=1e-3)  # batch-independent
+    mismatched = run_cli("score", smoke_run / "export", "--source", source, "--target", tmp_path / "one.tgt")
+    assert mismatched.returncode == 2 and mismatched.stderr.count("\n") == 1 and "lines" in mismatched.stderr

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 from keras import ops
 
-from kmt.decoding import cached_next_fn, decode_length, decode_lengths, encode, translate_ids, uncached_next_fn
+from kmt.decoding import (
+    cached_next_fn, decode_length, decode_lengths, encode, score_ids, translate_ids, uncached_next_fn
+)
 from kmt.search import beam_search, expand_to_beams, greedy_search, sample_search
 from kmt.model import build_transformer
 
@@ -318,6 +320,30 @@ def test_translate_ids_limits_and_errors():
     source = keras.Input((None,), dtype="int32")
     with pytest.raises(ValueError, match="Received: model 'not_a_transformer'"):
         translate_ids(keras.Model(source, keras.layers.Embedding(5, 4)(source), name="not_a_transformer"), SOURCE)
+
+
+def test_score_ids_gives_the_search_its_own_scores():
+    """Forced decoding of the beam's hypotheses (alpha 0: their scores are plain log-probability sums) must give back
+    the scores the cached search computed step by step, for every hypothesis, short or long, in one padded batch."""
+    model = _random_model(num_layers=2, **UNTIED_PRE_NORM)
+    bias = model.get_layer("output_projection").bias
+    bias.assign(np.where(np.arange(17) == END, 1.0, _np(bias)))  # ends come early enough for every hypothesis
+    tokens, scores = (_np(x) for x in translate_ids(model, SOURCE, beam_size=3, num_hypotheses=3, length_penalty=0.0))
+    assert (tokens == END).any(axis=-1).all()
+    hypotheses = np.where(tokens == END, PAD, tokens).reshape(9, -1)  # targets are given without their end token
+    forced, lengths = (_np(x) for x in score_ids(model, np.repeat(SOURCE, 3, axis=0), hypotheses))
+    np.testing.assert_allclose(forced, scores.reshape(9), atol=1e-4)
+    np.testing.assert_array_equal(lengths, (hypotheses != PAD).sum(axis=1) + 1)
+    assert len(set(lengths)) > 1
+    # A pair scores the same alone as padded beside longer ones, and an empty target is its end token's score.
+    alone, _ = score_ids(model, SOURCE[1:2, :4], hypotheses[3:4, :3])
+    np.testing.assert_allclose(_np(alone), forced[3:4], atol=1e-5)
+    empty, length = score_ids(model, SOURCE[:1], np.zeros((1, 0), "int32"))
+    logits = _np(model({"source": SOURCE[:1], "target_in": np.array([[START]], "int32")}, training=False))
+    np.testing.assert_allclose(_np(empty), _log_softmax(logits[:, 0])[:, END], atol=1e-5)
+    assert _np(length).tolist() == [1]
+    with pytest.raises(ValueError, match="do not fit the model's max_length 24"):
+        score_ids(model, SOURCE, np.ones((3, 24), "int32"))
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="tf.function is TensorFlow's")

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from kmt.data.dates import generate_date_pairs
+from kmt.decoding import score_ids
 from kmt.export import Translator, export_translator
 from kmt.model import build_transformer
 from kmt.tokenizer import Vocabularies
@@ -42,8 +43,10 @@ def _reload_and_translate(export_dir, sentences):
         "m = tf.saved_model.load(sys.argv[1])\n"
         "text = tf.constant(json.loads(sys.argv[2]))\n"
         "out, nbest = m.signatures['translate'](text=text), m.signatures['translate_nbest'](text=text)\n"
+        "scored = m.signatures['score'](source=text, target=out['translation'])\n"
         "print(json.dumps([[t.decode() for t in out['translation'].numpy()], nbest['translations'].numpy().shape,\n"
-        "                  [t.decode() for t in nbest['translations'].numpy()[:, 0]]]))\n"
+        "                  [t.decode() for t in nbest['translations'].numpy()[:, 0]],\n"
+        "                  scored['score'].numpy().tolist()]))\n"
     )
     result = subprocess.run([sys.executable, "-c", script, str(export_dir), json.dumps(sentences)],
                             capture_output=True, text=True, env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"})
@@ -95,20 +98,42 @@ def test_uncached_translator_gives_the_cached_translations(model_and_vocabularie
     np.testing.assert_allclose(cached["score"].numpy(), uncached["score"].numpy(), atol=1e-4)
 
 
+def test_score_signature_is_forced_decoding_of_the_tokenized_pairs(translator, model_and_vocabularies):
+    """`score` tokenizes each pair and returns `score_ids` of it; pairs it cannot score whole get NaN."""
+    translator, model = translator
+    tokenizer = model_and_vocabularies[1].source  # joint
+    sources = ["Tuesday, March 5, 1996", "the 1st of june 2031", "", "x" * 10_000, "5 june 2001", "1 May 1990"]
+    targets = ["1996-03-05", "2031-06-01", "2000-01-01", "1990-01-01", "", "1990-05-01 " * 20]
+    outputs = translator.score(source=tf.constant(sources), target=tf.constant(targets))
+    scores, lengths = outputs["score"].numpy(), outputs["length"].numpy()
+    assert scores.dtype == np.float32 and lengths.dtype == np.int32
+    source_ids, target_ids = (tokenizer.tokenize(tf.constant(texts)) for texts in (sources, targets))
+    np.testing.assert_array_equal(lengths, target_ids.row_lengths().numpy() + 1)
+    assert lengths[4] == 1 and lengths[5] > 24  # an empty target is its end token; the last one does not fit
+    scorable = [0, 1, 4]
+    pick = lambda ids: tf.gather(ids, scorable).to_tensor()  # noqa: E731
+    expected, _ = score_ids(model, pick(source_ids), pick(target_ids))
+    np.testing.assert_allclose(scores[scorable], expected.numpy(), atol=1e-5)
+    assert np.isnan(scores[[2, 3, 5]]).all()  # empty source, over-long source, over-long target
+    assert (scores[scorable] < 0).all()
+
+
 def test_fresh_process_reload_matches_in_process(translator, tmp_path):
     translator, model = translator
     size = export_translator(translator, tmp_path / "export")
     expected = translator(SENTENCES)
-    translations, nbest_shape, nbest_first = _reload_and_translate(tmp_path / "export", SENTENCES)
+    translations, nbest_shape, nbest_first, scores = _reload_and_translate(tmp_path / "export", SENTENCES)
     assert translations == expected
     assert nbest_shape == [len(SENTENCES), 3] and nbest_first == expected
+    in_process = translator.score(source=tf.constant(SENTENCES), target=tf.constant(expected))["score"].numpy()
+    np.testing.assert_allclose(scores, in_process, atol=1e-5)
     weights = sum(w.numpy().nbytes for w in model.weights)
     variables = sum(f.stat().st_size for f in (tmp_path / "export" / "variables").iterdir())
     assert variables < 1.5 * weights  # each weight written once, no optimizer state
     assert size > variables
 
 
-def test_saved_model_cli_lists_both_string_signatures(translator, tmp_path):
+def test_saved_model_cli_lists_the_string_signatures(translator, tmp_path):
     translator, _ = translator
     export_translator(translator, tmp_path / "export")
     cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
@@ -124,6 +149,9 @@ def test_saved_model_cli_lists_both_string_signatures(translator, tmp_path):
     translations = block.split("outputs['translations']")[1]
     assert "dtype: DT_STRING" in translations and "shape: (-1, 3)" in translations  # K, the beam size, is static
     assert "outputs['scores']" in block
+    block = result.stdout.split("signature_def['score']")[1].split("signature_def[")[0]
+    assert "inputs['source']" in block and "inputs['target']" in block
+    assert "outputs['score']" in block and "DT_FLOAT" in block and "outputs['length']" in block and "DT_INT32" in block
 
 
 def test_export_replaces_an_old_export_whole(translator, tmp_path):
