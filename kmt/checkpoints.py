@@ -60,6 +60,44 @@ def load_run_model(run_dir, checkpoint="last"):
     return cfg, vocabularies, model
 
 
+# Model settings a fine-tuning run may change: they shape no weight.
+FINE_TUNABLE = ("dropout", "attention_dropout", "activation_dropout")
+
+
+def init_source(init_from, model_cfg):
+    """Where a fine-tuning run (`trainer.init_from`) starts: `(run_dir, weights_path)`.
+
+    `init_from` is a run directory (its last epoch checkpoint) or a `.weights.h5` file in a run's `checkpoints/`
+    (e.g. `average_last5.weights.h5` or `best.weights.h5`). Raises `KmtError` when it is neither, or when the run's
+    `model.*` settings differ from `model_cfg` in anything but `FINE_TUNABLE`.
+    """
+    from omegaconf import OmegaConf
+
+    from kmt.tokenizer import Vocabularies
+
+    path = Path(init_from)
+    if path.is_file():
+        run_dir, weights = path.parent.parent, path
+    elif path.is_dir():
+        run_dir, weights = path, None
+    else:
+        raise KmtError(f"trainer.init_from={init_from}: no such run directory or weights file")
+    if not (run_dir / "config.yaml").is_file() or not Vocabularies.exists(run_dir / "tokenizer"):
+        raise KmtError(f"trainer.init_from={init_from}: {run_dir} is not a kmt run directory (no config.yaml and "
+                       "tokenizer/); pass a run directory or a .weights.h5 file in its checkpoints/")
+    weights = weights or find_checkpoint(run_dir, "last")
+    saved = OmegaConf.load(run_dir / "config.yaml").model
+    different = [key for key in model_cfg if key not in FINE_TUNABLE and saved.get(key) != model_cfg[key]]
+    if different:
+        raise KmtError(
+            f"trainer.init_from: {run_dir} was trained with "
+            + ", ".join(f"model.{key}={saved.get(key)}" for key in different)
+            + "; this run has " + ", ".join(f"model.{key}={model_cfg[key]}" for key in different)
+            + "; set them to match (only the dropouts may differ)"
+        )
+    return run_dir, weights
+
+
 def average_checkpoints(model, paths):
     """Loads each of `paths` into `model` in turn and leaves `model` holding their element-wise mean
     (Vaswani et al., 2017, section 6.1: the base model averages the last 5 checkpoints, the big one the last 20)."""

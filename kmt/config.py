@@ -104,6 +104,9 @@ class TrainerConfig:
     patience: int = 0  # stop once this many epochs pass without a better trainer.monitor (fairseq's --patience);
     # 0: never
     export: bool = True  # write the SavedModel to <run>/export at the end
+    init_from: str = ""  # fine-tune: a run directory (its last epoch's weights) or a .weights.h5 in its checkpoints/,
+    # whose vocabulary and weights this run starts from; its model.* settings must be this run's (dropouts aside);
+    # the optimizer and learning-rate schedule start afresh (fairseq's --restore-file --reset-optimizer)
     objective: str = "loss"  # val metric train() returns for sweepers: loss, accuracy, bleu, chrf, exact_match
     verbose: int = 1  # Keras progress: 0 silent, 1 progress bar, 2 one line per epoch
 
@@ -134,13 +137,11 @@ class Config:
 
 
 def register_configs():
-    """Registers the schema so that `conf/config.yaml` (defaults list `- kmt_schema`) is checked against it."""
+    """Registers the schema so that `conf/config.yaml` (defaults list `- kmt_schema`) is checked against it. Every
+    group's option is merged onto its typed node there (`data: DataConfig`, ...), so the groups need no schema of
+    their own, which `kmt-train --help` would list among their options."""
     store = ConfigStore.instance()
     store.store(name="kmt_schema", node=Config)
-    store.store(group="data", name="schema", node=DataConfig)
-    store.store(group="model", name="schema", node=ModelConfig)
-    store.store(group="optim", name="schema", node=OptimConfig)
-    store.store(group="trainer", name="schema", node=TrainerConfig)
 
 
 def _check(condition, message):

@@ -27,7 +27,7 @@ from kmt.callbacks import (
     write_json_atomically,
     write_text_atomically,
 )
-from kmt.checkpoints import average_checkpoints, epoch_checkpoints
+from kmt.checkpoints import average_checkpoints, epoch_checkpoints, init_source
 from kmt.curves import plot_curves, read_history
 from kmt.data import load_corpus
 from kmt.data.pipeline import count_batches, encode_split, make_dataset, resample, subword_sampler
@@ -40,12 +40,18 @@ from kmt.translation import batch_fn, translate_lines
 logger = logging.getLogger(__name__)
 
 
-def prepare_vocabularies(cfg, corpus, directory):
-    """The run's vocabularies: loaded from `directory` when the run already has them (resume), else trained on
-    the training split and saved there."""
+def prepare_vocabularies(cfg, corpus, directory, init_run=None):
+    """The run's vocabularies: loaded from `directory` when the run already has them (resume), else copied from
+    `init_run` (fine-tuning: the weights only fit that run's vocabulary), else trained on the training split; saved
+    in `directory`."""
     if Vocabularies.exists(directory):
         logger.info("reusing the vocabulary in %s", directory)
         return Vocabularies.load(directory)
+    if init_run is not None:
+        vocabularies = Vocabularies.load(init_run / "tokenizer")
+        vocabularies.save(directory)
+        logger.info("using the vocabulary of %s (data.tokenizer is not used)", init_run)
+        return vocabularies
     options = OmegaConf.to_container(cfg.data.tokenizer)
     train = corpus["train"]
     vocabularies = Vocabularies.train(train.source, train.target, joint=cfg.model.shared_embeddings, **options)
@@ -95,8 +101,13 @@ def _train(cfg, run_dir):
     keras.utils.set_random_seed(cfg.seed)
     keras.config.set_dtype_policy(cfg.trainer.precision)
 
+    # Fine-tuning starts from another run, unless this run is resuming: then its own resume state has the weights.
+    resuming = (run_dir / "checkpoints" / "backup" / "latest.weights.h5").is_file()
+    init_run, init_weights = None, None
+    if cfg.trainer.init_from and not resuming:
+        init_run, init_weights = init_source(cfg.trainer.init_from, cfg.model)
     corpus = load_corpus(cfg.data)
-    vocabularies = prepare_vocabularies(cfg, corpus, run_dir / "tokenizer")
+    vocabularies = prepare_vocabularies(cfg, corpus, run_dir / "tokenizer", init_run)
     max_length = cfg.model.max_length
     splits = {name: encode_split(name, text, vocabularies, max_length) for name, text in corpus.items()}
     if not len(splits["train"]):
@@ -132,6 +143,13 @@ def _train(cfg, run_dir):
         len(splits["train"]), steps_per_epoch,
         f" ({updates_per_epoch} updates of {accumulation} batches each)" if accumulation > 1 else "",
     )
+    if init_weights is not None:
+        try:
+            model.load_weights(init_weights)
+        except ValueError as error:
+            raise KmtError(f"trainer.init_from: {init_weights} does not load into this model "
+                           f"({str(error).splitlines()[0]})") from None
+        logger.info("fine-tuning from %s; the optimizer and learning-rate schedule start afresh", init_weights)
     log_schedule(schedule, total_steps)
     decoder = model  # decoding and the export run in float32 whatever the training precision (see build_model)
     if cfg.trainer.precision != "float32":

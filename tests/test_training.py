@@ -8,6 +8,7 @@ import re
 import pytest
 
 from kmt.build import build_model, build_schedule, compile_model
+from kmt.checkpoints import init_source, load_run_model
 from kmt.config import validate
 from kmt.errors import ConfigError, DataError, KmtError
 from kmt.training import train
@@ -46,6 +47,31 @@ def test_smoke_run_makes_every_file_and_resumes(tmp_path):
     assert (run_dir / "checkpoints" / "epoch_002.weights.h5").exists()
     assert (run_dir / "tokenizer" / "joint.model").read_bytes() == vocabulary
     assert json.loads((run_dir / "metrics.json").read_text())["train"]["epochs"] == 2
+
+
+def test_fine_tuning_starts_from_another_runs_vocabulary_and_weights(smoke_run, tmp_path, caplog):
+    """trainer.init_from: the vocabulary is copied and the weights loaded, so at a vanishing learning rate the run
+    ends with the weights the other run ended with (a fresh start would end far from them)."""
+    caplog.set_level("INFO")
+    cfg = compose_config(f"trainer.init_from={smoke_run}", "optim.lr_scale=1e-9", "model.dropout=0.3",
+                         "data.tokenizer.vocab_size=400", "data.seed=7", "trainer.export=false")
+    train(cfg, tmp_path / "tuned")
+    vocabulary = (smoke_run / "tokenizer" / "joint.model").read_bytes()
+    assert (tmp_path / "tuned" / "tokenizer" / "joint.model").read_bytes() == vocabulary
+    assert f"fine-tuning from {smoke_run / 'checkpoints' / 'epoch_002.weights.h5'}" in caplog.text
+    start, tuned = (load_run_model(run)[2].get_weights() for run in (smoke_run, tmp_path / "tuned"))
+    assert max(abs(a - b).max() for a, b in zip(start, tuned)) < 1e-5
+
+    # A weights file names its run; a model of another shape, or no run at all, is refused with the reason.
+    weights = smoke_run / "checkpoints" / "epoch_001.weights.h5"
+    assert init_source(str(weights), cfg.model) == (smoke_run, weights)
+    wider = compose_config("model.hidden_dim=64", "model.num_layers=2").model
+    with pytest.raises(KmtError, match=re.escape(f"{smoke_run} was trained with model.num_layers=1, "
+                                                 "model.hidden_dim=32; this run has model.num_layers=2, "
+                                                 "model.hidden_dim=64; set them to match")):
+        init_source(str(smoke_run), wider)
+    with pytest.raises(KmtError, match="is not a kmt run directory"):
+        init_source(str(tmp_path), cfg.model)
 
 
 def test_train_returns_the_validation_objective(tmp_path):
@@ -253,6 +279,7 @@ def test_bad_values_are_rejected_before_any_data_is_read(override, message):
         (["model.num_layers=two"], "model.num_layers"),
         (["model=huge"], "model/huge"),
         (["model.hidden_dim=31"], "hidden_dim=31, num_heads=2"),
+        (["trainer.init_from=/no/such/run"], "trainer.init_from=/no/such/run: no such run directory or weights file"),
         (["data=parallel"], "data.train.source"),
         (["data=parallel", "data.train.source=/no/such.en", "data.train.target=/no/such.de",
           "data.val.source=/no/such.en", "data.val.target=/no/such.de"], "/no/such.en"),

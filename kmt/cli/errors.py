@@ -23,7 +23,7 @@ _FLAGS_WITH_VALUE = {"-cn", "--config-name", "-cp", "--config-path", "-cd", "--c
                      "--package", "-p", "--experimental-rerun", "--info", "-i"}
 _INFO_FLAGS = {"-h", "--help", "--hydra-help", "--version", "--shell-completion", "-sc", "--resolve"}
 _NOISE = ("To append to your config", "object_type=", "reference_type=", "Set the environment variable",
-          "See https://", "- schema", "schema")
+          "See https://")
 _MAX_SWEEP_JOBS_CHECKED = 256
 
 

@@ -21,7 +21,7 @@ register_configs()
 
 @hydra.main(config_path=CONFIG_DIR, config_name="config", version_base="1.3")
 def run(cfg):
-    from kmt.training import train  # TensorFlow loads here, after the config is known to be good
+    from kmt.training import train  # the data and training code load here, after the config is known to be good
 
     quiet_tensorflow()
 
