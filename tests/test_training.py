@@ -4,6 +4,7 @@ import csv
 import json
 import os
 import re
+import shutil
 
 import pytest
 
@@ -53,14 +54,22 @@ def test_fine_tuning_starts_from_another_runs_vocabulary_and_weights(smoke_run, 
     """trainer.init_from: the vocabulary is copied and the weights loaded, so at a vanishing learning rate the run
     ends with the weights the other run ended with (a fresh start would end far from them)."""
     caplog.set_level("INFO")
-    cfg = compose_config(f"trainer.init_from={smoke_run}", "optim.lr_scale=1e-9", "model.dropout=0.3",
-                         "data.tokenizer.vocab_size=400", "data.seed=7", "trainer.export=false")
-    train(cfg, tmp_path / "tuned")
-    vocabulary = (smoke_run / "tokenizer" / "joint.model").read_bytes()
+    base = shutil.copytree(smoke_run, tmp_path / "base")  # a copy, to delete below
+    overrides = [f"trainer.init_from={base}", "optim.lr_scale=1e-9", "model.dropout=0.3",
+                 "data.tokenizer.vocab_size=400", "data.seed=7", "trainer.export=false"]
+    train(compose_config(*overrides), tmp_path / "tuned")
+    vocabulary = (base / "tokenizer" / "joint.model").read_bytes()
     assert (tmp_path / "tuned" / "tokenizer" / "joint.model").read_bytes() == vocabulary
-    assert f"fine-tuning from {smoke_run / 'checkpoints' / 'epoch_002.weights.h5'}" in caplog.text
-    start, tuned = (load_run_model(run)[2].get_weights() for run in (smoke_run, tmp_path / "tuned"))
+    assert f"fine-tuning from {base / 'checkpoints' / 'epoch_002.weights.h5'}" in caplog.text
+    start, tuned = (load_run_model(run)[2].get_weights() for run in (base, tmp_path / "tuned"))
     assert max(abs(a - b).max() for a, b in zip(start, tuned)) < 1e-5
+
+    # Resuming the fine-tuning run needs only its own resume state, not the run it started from.
+    shutil.rmtree(base)
+    train(compose_config(*overrides, "trainer.epochs=2"), tmp_path / "tuned")
+    assert [row["epoch"] for row in _history(tmp_path / "tuned")] == ["0", "1"]
+    assert (tmp_path / "tuned" / "tokenizer" / "joint.model").read_bytes() == vocabulary
+    cfg = compose_config(*overrides)
 
     # A weights file names its run; a model of another shape, or no run at all, is refused with the reason.
     weights = smoke_run / "checkpoints" / "epoch_001.weights.h5"
