@@ -5,8 +5,10 @@ whatever `TF_CPP_MIN_LOG_LEVEL` says: on a machine without a GPU each process th
 first op prints five or six lines ("Could not find cuda drivers", "failed call to cuInit", the CPU-instruction
 notice) before any of kmt's own, burying one-line errors and logs under them. `filtered_startup_logs` runs that
 start-up with the process's stderr (file descriptor 2, where C++ writes) captured, then writes back every captured
-line but those known ones, so Python warnings and any other native message still reach the user.
-`TF_CPP_MIN_LOG_LEVEL=0` (or 1) turns the filter off.
+line but those `TF_CPP_MIN_LOG_LEVEL=2` (kmt's default) was meant to hide: TensorFlow's INFO and WARNING lines,
+Abseil's notice, the CPU-instruction notice's second line, and the CUDA probe's error, which on a machine without a
+GPU driver is no error. Python warnings and every other line, TensorFlow's other errors included, still reach the
+user. `TF_CPP_MIN_LOG_LEVEL=0` (or 1) turns the filter off.
 """
 
 import contextlib
