@@ -84,7 +84,8 @@ def compile_model(model, cfg, schedule):
 
 def build_translator(model, vocabularies, decode_cfg, beam_size=None):
     """A text-to-text `kmt.export.Translator` with the search settings of `cfg.decode` (`beam_size`, when given,
-    instead of `decode.beam_size` and without sampling: 1 for the greedy search that scores val during training)."""
+    instead of `decode.beam_size` and without sampling: 1 for the greedy search that scores val during training).
+    `model` may be a list of models sharing `vocabularies`: an ensemble."""
     from kmt.export import Translator
 
     return Translator(

@@ -1,5 +1,6 @@
 """Translating token ids with a Transformer: the encoder once per batch, then greedy or beam search
-(`kmt.search`) driven by a key/value cache.
+(`kmt.search`) driven by a key/value cache. Several models that share a vocabulary decode as one ensemble: each step
+scores the next token by the mean of their probabilities (fairseq's `--path a.pt:b.pt`).
 
 Example:
 >>> from kmt.model import build_transformer
@@ -141,6 +142,53 @@ def uncached_next_fn(model, encoder_outputs, source_mask, max_length):
     return next_fn, ()
 
 
+def ensemble_members(model):
+    """A model, or a list or tuple of models (an ensemble), as a non-empty list of models."""
+    models = list(model) if isinstance(model, (list, tuple)) else [model]
+    if not models:
+        raise ValueError("An ensemble needs at least one model. Received: an empty list")
+    sizes = [member.outputs[0].shape[-1] for member in models]
+    if len(set(sizes)) > 1:
+        raise ValueError(f"An ensemble's models must share one target vocabulary. Received: vocabulary sizes {sizes}")
+    return models
+
+
+def ensemble_log_probs(logits):
+    """The log of the mean of several models' probabilities: `logits`, one `(..., V)` tensor per model ->
+    float32 `(..., V)` log-probabilities, `log(1/M sum_m softmax(logits_m))`, computed as a logsumexp. One model's
+    logits come back as its log-softmax."""
+    log_probs = [ops.log_softmax(ops.cast(x, "float32"), axis=-1) for x in logits]
+    if len(log_probs) == 1:
+        return log_probs[0]
+    return ops.logsumexp(ops.stack(log_probs), axis=0) - math.log(len(log_probs))  # (M, ..., V) -> (..., V)
+
+
+def ensemble_next_fn(next_fns):
+    """One `next_fn` over several models' `next_fn`s: each step runs every model on its own state (a list, one
+    state per model) and returns `ensemble_log_probs` of their logits, which the searches' log-softmax leaves
+    unchanged. A single `next_fn` is returned as it is."""
+    if len(next_fns) == 1:
+        return next_fns[0]
+
+    def next_fn(tokens, index, states):
+        logits, new_states = [], []
+        for member_fn, state in zip(next_fns, states):
+            member_logits, state = member_fn(tokens, index, state)
+            logits.append(member_logits)
+            new_states.append(state)
+        return ensemble_log_probs(logits), new_states  # (N, V)
+
+    return next_fn
+
+
+def _max_length(parts, max_length):
+    """The caller's `max_length`, else the shortest `max_length` of the members' target embeddings."""
+    if max_length:
+        return max_length
+    lengths = [part.target_embedding.max_length for part in parts]
+    return min(lengths) if all(lengths) else None
+
+
 def decode_length(source_length, max_length, max_length_a, max_length_b):
     """`min(max_length, ceil(max_length_a * S + max_length_b))`: a Python int when S is one, else an int32 tensor
     shaped like S (a dynamic length inside a `tf.function`, or lengths `(B,)`). Both compute in float64, so eager and
@@ -197,12 +245,14 @@ def translate_ids(
     reached its own limit.
 
     Args:
-        model: a `build_transformer` model.
+        model: a `build_transformer` model, or a list of them sharing one vocabulary: an ensemble, whose search
+            scores each next token by the mean of the models' probabilities (`ensemble_next_fn`).
         source: int `(B, S)` source ids, pad 0.
         beam_size: int K; 1 is greedy search. Defaults to `1`.
         length_penalty: float alpha of the GNMT penalty (beam search only). Defaults to `0.6`.
         max_length_a, max_length_b: the output limit's slope and intercept in S_i. Default to `1.5` and `10`.
-        max_length: int cap on the output length. Defaults to the model's `max_length` (its embedding's config).
+        max_length: int cap on the output length. Defaults to the model's `max_length` (its embedding's config;
+            an ensemble's shortest).
         use_cache: bool. Key/value cache (True) or rerunning the decoder on the prefix (False). Defaults to `True`.
         start_id, end_id, pad_id: ints. Defaults to `2`, `3`, `0`.
         num_hypotheses: int n, 1 to K: return the n best hypotheses of each sentence (`beam_search`'s n-best list;
@@ -221,8 +271,8 @@ def translate_ids(
     (greedy: the sum of log-probabilities; beam: that sum divided by the length penalty); with `num_hypotheses` n,
     `(B, n, L)` and `(B, n)`, best first.
     """
-    parts = transformer_parts(model)
-    max_length = max_length or parts.target_embedding.max_length
+    models = ensemble_members(model)
+    max_length = _max_length([transformer_parts(member) for member in models], max_length)
     if not max_length:
         raise ValueError(f"translate_ids needs max_length or a model with one. Received: max_length={max_length}")
     if sampling_topk != 1 and beam_size != 1:
@@ -231,11 +281,16 @@ def translate_ids(
     batch_size, source_length = ops.shape(source)[0], ops.shape(source)[1]
     limit = decode_length(source_length, max_length, max_length_a, max_length_b)  # L, the buffer's width
     limits = decode_lengths(source, max_length, max_length_a, max_length_b)  # (B,) each sentence's own
-    encoder_outputs, source_mask = encode(model, source)
-    if beam_size > 1:
-        encoder_outputs, source_mask = expand_to_beams((encoder_outputs, source_mask), beam_size)
     make_next_fn = cached_next_fn if use_cache else uncached_next_fn
-    next_fn, state = make_next_fn(model, encoder_outputs, source_mask, limit)
+    next_fns, states = [], []
+    for member in models:
+        encoder_outputs, source_mask = encode(member, source)
+        if beam_size > 1:
+            encoder_outputs, source_mask = expand_to_beams((encoder_outputs, source_mask), beam_size)
+        member_fn, member_state = make_next_fn(member, encoder_outputs, source_mask, limit)
+        next_fns.append(member_fn)
+        states.append(member_state)
+    next_fn, state = ensemble_next_fn(next_fns), (states if len(models) > 1 else states[0])
     ids = dict(start_id=start_id, end_id=end_id, pad_id=pad_id, max_lengths=limits)
     if beam_size == 1:
         if num_hypotheses not in (None, 1):
@@ -263,7 +318,8 @@ def score_ids(model, source, target, *, start_id=2, end_id=3, pad_id=0):
     an n-best list with another model, or a test set's perplexity.
 
     Args:
-        model: a `build_transformer` model.
+        model: a `build_transformer` model, or a list of them sharing one vocabulary: an ensemble, whose
+            probability of a token is the mean of the models' (as in `translate_ids`).
         source: int `(B, S)` source ids, pad 0.
         target: int `(B, T)` target ids WITHOUT start and end tokens, pad after each sentence's last token;
             T + 1 positions (the start token's and T tokens') must fit the model's `max_length`.
@@ -275,7 +331,8 @@ def score_ids(model, source, target, *, start_id=2, end_id=3, pad_id=0):
     """
     source = ops.convert_to_tensor(source, "int32")
     target = ops.convert_to_tensor(target, "int32")
-    max_length = transformer_parts(model).target_embedding.max_length
+    models = ensemble_members(model)
+    max_length = _max_length([transformer_parts(member) for member in models], None)
     if max_length and isinstance(target.shape[1], int) and target.shape[1] + 1 > max_length:
         raise ValueError(f"score_ids: targets of {target.shape[1]} tokens plus the start token do not fit the model's "
                          f"max_length {max_length}. Received: target.shape={tuple(target.shape)}")
@@ -285,8 +342,8 @@ def score_ids(model, source, target, *, start_id=2, end_id=3, pad_id=0):
     labels = ops.concatenate([target, column], axis=1)  # (B, T+1), the end token goes at each sentence's length
     positions = ops.expand_dims(ops.arange(ops.shape(labels)[1], dtype="int32"), 0)  # (1, T+1)
     labels = ops.where(ops.equal(positions, ops.expand_dims(lengths, 1)), end_id, labels)
-    logits = model({"source": source, "target_in": target_in}, training=False)  # float32 (B, T+1, V)
-    log_probs = ops.log_softmax(logits, axis=-1)
+    inputs = {"source": source, "target_in": target_in}
+    log_probs = ensemble_log_probs([member(inputs, training=False) for member in models])  # (B, T+1, V)
     picked = ops.take_along_axis(log_probs, ops.expand_dims(labels, -1), axis=-1)[..., 0]  # (B, T+1)
     scores = ops.sum(ops.where(ops.not_equal(labels, pad_id), picked, 0.0), axis=1)
     return scores, lengths + 1

@@ -12,6 +12,9 @@ each translation, `score`: float32 `[None]` (its tokens' and the end token's; Na
 or which has a side longer than the model's `max_length`), and `length`: int32 `[None]`, the count of tokens
 scored (forced decoding; fairseq's `--score-reference`).
 
+An ensemble (a list of models sharing one vocabulary) exports the same signatures; its search and `score` take the
+mean of the models' probabilities at each step (`kmt.decoding.ensemble_next_fn`).
+
 Only the model's weights are saved, once each, through the `tf.Module` object graph; no optimizer state.
 """
 
@@ -23,7 +26,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from kmt.decoding import score_ids, translate_ids
+from kmt.decoding import ensemble_members, score_ids, translate_ids
 
 logger = logging.getLogger(__name__)
 
@@ -37,12 +40,13 @@ class Translator(tf.Module):
     Inputs are truncated to the model's `max_length` tokens; empty or whitespace-only inputs give empty outputs.
 
     Args:
-        model: a `build_transformer` model.
-        vocabularies: the run's `kmt.tokenizer.Vocabularies`.
+        model: a `build_transformer` model, or a list of them trained on the same vocabulary: an ensemble, whose
+            search scores each next token by the mean of the models' probabilities (and `score` likewise).
+        vocabularies: the run's `kmt.tokenizer.Vocabularies` (the ensemble's, shared).
         beam_size: int. 1 for greedy search. Defaults to `4`.
         length_penalty: float. GNMT alpha. Defaults to `0.6`.
         max_length_a, max_length_b: output limit `a * source_length + b` tokens. Default to `1.5` and `10`.
-        max_length: int. Longest input and output in tokens. Defaults to the model's.
+        max_length: int. Longest input and output in tokens. Defaults to the model's (an ensemble's shortest).
         use_cache: bool. Key/value cache (True) or rerunning the decoder on the prefix (False). Defaults to `True`.
         sampling_topk, sampling_temperature, sampling_topp: random sampling instead of greedy search, with
             `beam_size` 1 (see `kmt.decoding.translate_ids`): every call draws new translations. Default to `1`
@@ -63,7 +67,10 @@ class Translator(tf.Module):
         # and the saver would restore that copy while the signatures read the inner variable: `tf.saved_model.load`
         # copes (it restores through the object graph), but TF1 session loaders (saved_model_cli, TensorFlow
         # Serving) run only the saver's restore op and fail with "Could not find variable ...".
-        self.model_variables = [v.value if isinstance(v, keras.Variable) else v for v in model.variables]
+        models = ensemble_members(model)
+        self.model_variables = [
+            v.value if isinstance(v, keras.Variable) else v for member in models for v in member.variables
+        ]
         self.source_ops = vocabularies.source._op
         self.target_ops = vocabularies.target._op
         search = dict(
@@ -71,7 +78,7 @@ class Translator(tf.Module):
             length_penalty=length_penalty,
             max_length_a=max_length_a,
             max_length_b=max_length_b,
-            max_length=max_length or model.get_layer("source_embedding").max_length,
+            max_length=max_length or min(member.get_layer("source_embedding").max_length for member in models),
             use_cache=use_cache,
             sampling_topk=sampling_topk,
             sampling_temperature=sampling_temperature,

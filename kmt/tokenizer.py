@@ -183,6 +183,11 @@ class Vocabularies:
             self.source.save(directory / "source")
             self.target.save(directory / "target")
 
+    def same_as(self, other):
+        """Whether `other` holds the same vocabularies: byte-identical SentencePiece models, joint or not alike."""
+        return (self.joint == other.joint and self.source.model_proto == other.source.model_proto
+                and self.target.model_proto == other.target.model_proto)
+
     @classmethod
     def load(cls, directory):
         directory = Path(directory)

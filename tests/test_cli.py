@@ -157,6 +157,39 @@ def test_export_rebuilds_from_a_checkpoint(smoke_run, tmp_path):
     assert too_many.returncode == 2 and "needs 9 epoch checkpoints" in too_many.stderr
 
 
+def test_export_ensembles_runs_that_share_a_vocabulary(smoke_run, tmp_path):
+    import shutil
+
+    from kmt.tokenizer import Vocabularies, train_tokenizer
+
+    other = tmp_path / "other"  # another seed, the same data: the same vocabulary, other weights
+    trained = run_cli("train", "debug=smoke", "trainer.epochs=1", "seed=2", f"hydra.run.dir={other}")
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert (other / "tokenizer" / "joint.model").read_bytes() == (smoke_run / "tokenizer" / "joint.model").read_bytes()
+    result = run_cli("export", smoke_run, "--ensemble", other, "--output", tmp_path / "ensemble")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines()[-1] == f"exported {smoke_run}:last + {other}:last to {tmp_path / 'ensemble'}"
+    lines = "Tuesday, March 5, 1996\n5 june 2001\n\n"
+    ensemble, single = (run_cli("translate", export, "--scores", input=lines)
+                        for export in (tmp_path / "ensemble", smoke_run / "export"))
+    assert ensemble.returncode == 0, ensemble.stderr[-2000:]
+    assert len(ensemble.stdout.splitlines()) == 3 and ensemble.stdout.splitlines()[2] == "0.0000\t"
+    assert ensemble.stdout != single.stdout  # both runs' models decode (the smoke run's export is greedy too)
+
+    stranger = shutil.copytree(other, tmp_path / "stranger", ignore=shutil.ignore_patterns("export"))
+    tokenizer = train_tokenizer(["a vocabulary of other words", "trained on other text"], vocab_size=40)
+    Vocabularies(tokenizer, tokenizer).save(stranger / "tokenizer")
+    refused = run_cli("export", smoke_run, "--ensemble", other, stranger, "--output", tmp_path / "no")
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (
+        f"error: --ensemble: {stranger} has another vocabulary than {smoke_run}; an ensemble's runs must share one "
+        "(train them on the same data with the same data.tokenizer settings)"
+    )
+    weights_file = smoke_run / "checkpoints" / "best.weights.h5"
+    weights = run_cli("export", smoke_run, "--ensemble", other, "--checkpoint", weights_file)
+    assert weights.returncode == 2 and "--ensemble loads every run at --checkpoint last or best" in weights.stderr
+    assert not (tmp_path / "no").exists()
+
+
 def test_export_samples_for_back_translation(smoke_run, tmp_path):
     result = run_cli("export", smoke_run, "--sampling-topk", "0", "--sampling-temperature", "1.5",
                      "--sampling-topp", "0.95", "--output", tmp_path / "sample")

@@ -7,7 +7,8 @@ import pytest
 from keras import ops
 
 from kmt.decoding import (
-    cached_next_fn, decode_length, decode_lengths, encode, score_ids, translate_ids, uncached_next_fn
+    cached_next_fn, decode_length, decode_lengths, encode, ensemble_log_probs, score_ids, translate_ids,
+    uncached_next_fn
 )
 from kmt.search import beam_search, expand_to_beams, greedy_search, sample_search
 from kmt.model import build_transformer
@@ -344,6 +345,75 @@ def test_score_ids_gives_the_search_its_own_scores():
     assert _np(length).tolist() == [1]
     with pytest.raises(ValueError, match="do not fit the model's max_length 24"):
         score_ids(model, SOURCE, np.ones((3, 24), "int32"))
+
+
+def _ensemble():
+    """Two random models of different sizes over one vocabulary (source 20, target 17), pre-norm and post-norm."""
+    first = _random_model(num_layers=2, **UNTIED_PRE_NORM)
+    keras.utils.set_random_seed(2)
+    second = build_transformer(
+        **TINY | dict(hidden_dim=24, num_heads=3, intermediate_dim=40, shared_embeddings=False, target_vocab_size=17,
+             tied_output=False)
+    )
+    return [first, second]
+
+
+def test_ensemble_log_probs_are_the_log_of_the_mean_probability():
+    logits = [np.array([[2.0, 0.0, -1.0]], "float32"), np.array([[0.0, 3.0, 0.5]], "float32")]
+    expected = np.log(np.mean([np.exp(_log_softmax(x)) for x in logits], axis=0))
+    np.testing.assert_allclose(_np(ensemble_log_probs(logits)), expected, atol=1e-6)
+    np.testing.assert_allclose(_np(ensemble_log_probs(logits[:1])), _log_softmax(logits[0]), atol=1e-6)
+
+
+def test_an_ensemble_picks_each_token_by_the_mean_of_its_models_probabilities():
+    """Greedy search over an ensemble against a hand loop: each step runs both models over the whole prefix, averages
+    their probabilities, never picks pad, and pads after the end."""
+    models = _ensemble()
+    tokens, scores = (_np(x) for x in translate_ids(models, SOURCE, max_length=8))
+    prefix, total, done = np.full((3, 1), START, "int32"), np.zeros(3), np.zeros(3, bool)
+    for _ in range(8):
+        probs = np.mean([np.exp(_log_softmax(_np(m({"source": SOURCE, "target_in": prefix}, training=False))[:, -1]))
+                         for m in models], axis=0)  # (B, V)
+        probs[:, PAD] = 0.0
+        token = probs.argmax(axis=-1)
+        total += np.where(done, 0.0, np.log(probs[np.arange(3), token]))
+        token = np.where(done, PAD, token)
+        done |= token == END
+        prefix = np.concatenate([prefix, token[:, None].astype("int32")], axis=1)
+    np.testing.assert_array_equal(tokens, prefix[:, 1:])
+    np.testing.assert_allclose(scores, total, atol=1e-4)
+    for model in models:  # the ensemble's choices are neither model's own
+        assert (_np(translate_ids(model, SOURCE, max_length=8)[0]) != tokens).any()
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_an_ensemble_of_one_model_twice_decodes_as_the_model(beam_size):
+    model = _random_model(num_layers=2, **UNTIED_PRE_NORM)
+    tokens, scores = (_np(x) for x in translate_ids(model, SOURCE, beam_size=beam_size))
+    twice, twice_scores = (_np(x) for x in translate_ids([model, model], SOURCE, beam_size=beam_size))
+    np.testing.assert_array_equal(twice, tokens)
+    np.testing.assert_allclose(twice_scores, scores, atol=1e-4)
+
+
+def test_score_ids_gives_an_ensemble_search_its_own_scores():
+    models = _ensemble()
+    for model in models:  # ends come early enough for every hypothesis
+        bias = model.get_layer("output_projection").bias
+        bias.assign(np.where(np.arange(17) == END, 1.5, _np(bias)))
+    tokens, scores = (_np(x) for x in translate_ids(models, SOURCE, beam_size=3, num_hypotheses=3, length_penalty=0.0))
+    assert (tokens == END).any(axis=-1).all()
+    hypotheses = np.where(tokens == END, PAD, tokens).reshape(9, -1)
+    forced, lengths = (_np(x) for x in score_ids(models, np.repeat(SOURCE, 3, axis=0), hypotheses))
+    np.testing.assert_allclose(forced, scores.reshape(9), atol=1e-4)
+    single, _ = score_ids(models[0], np.repeat(SOURCE, 3, axis=0), hypotheses)
+    assert np.abs(_np(single) - forced).max() > 0.01  # the second model counts
+
+
+def test_an_ensemble_needs_models_over_one_vocabulary():
+    with pytest.raises(ValueError, match=r"share one target vocabulary. Received: vocabulary sizes \[17, 20\]"):
+        translate_ids([_random_model(**UNTIED_PRE_NORM), _random_model()], SOURCE)
+    with pytest.raises(ValueError, match="at least one model"):
+        translate_ids([], SOURCE)
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="tf.function is TensorFlow's")

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from kmt.data.dates import generate_date_pairs
-from kmt.decoding import score_ids
+from kmt.decoding import score_ids, translate_ids
 from kmt.export import Translator, export_translator
 from kmt.model import build_transformer
 from kmt.tokenizer import Vocabularies
@@ -161,3 +161,31 @@ def test_export_replaces_an_old_export_whole(translator, tmp_path):
     export_translator(translator, tmp_path / "export")
     assert not (tmp_path / "export" / "stale.txt").exists()
     assert not (tmp_path / "export.partial").exists()
+
+
+def test_an_ensemble_export_decodes_and_scores_with_every_model(model_and_vocabularies, tmp_path):
+    """A SavedModel of two models: it holds both models' weights, translates as `translate_ids` does over the
+    ensemble (in process and after a reload in a fresh process) and scores as `score_ids` does."""
+    model, vocabularies = model_and_vocabularies
+    other = build_transformer(
+        vocabularies.source.vocab_size, num_layers=2, hidden_dim=24, num_heads=2, intermediate_dim=32, max_length=20
+    )
+    rng = np.random.default_rng(7)  # not keras.utils.set_random_seed: it would delete the tokenizers' resources
+    other.set_weights([rng.normal(0.0, 0.3, w.shape).astype(w.dtype) for w in other.get_weights()])
+    ensemble = Translator([model, other], vocabularies, beam_size=3, max_length_b=5)
+    assert len(ensemble.model_variables) == len(model.variables) + len(other.variables)
+    sentences = [SENTENCES[0], SENTENCES[3], "5 june 2001", "1 May 1990"]
+    ids = vocabularies.source.tokenize(tf.constant(sentences))[:, :20].to_tensor()  # cut to the shorter max_length
+    tokens, _ = translate_ids([model, other], ids, beam_size=3, max_length_b=5, max_length=20)
+    expected = [t.decode() for t in vocabularies.target.detokenize(tokens).numpy()]
+    assert ensemble(sentences) == expected
+    alone = Translator(model, vocabularies, beam_size=3, max_length_b=5)
+    assert alone(sentences) != expected  # the second model counts
+    targets = ["1996-03-05", "2031-06-01", "2001-06-05", "1990-05-01"]
+    scored = ensemble.score(source=tf.constant(sentences), target=tf.constant(targets))["score"].numpy()
+    forced, _ = score_ids([model, other], ids, vocabularies.target.tokenize(tf.constant(targets)).to_tensor())
+    assert ids.shape[1] == 20 and np.isnan(scored[0])  # the first source is longer than the shorter max_length
+    np.testing.assert_allclose(scored[1:], forced.numpy()[1:], atol=1e-4)
+    export_translator(ensemble, tmp_path / "ensemble")
+    translations, nbest_shape, nbest_first, _ = _reload_and_translate(tmp_path / "ensemble", sentences)
+    assert translations == nbest_first == expected and nbest_shape == [4, 3]

@@ -1,12 +1,18 @@
 """`kmt-export RUN_DIR`: write a run's SavedModel again, from its best or last checkpoint, any weights file, or the
-average of its last N epoch checkpoints.
+average of its last N epoch checkpoints; or, with `--ensemble`, one SavedModel that decodes with several runs.
 
 The run's resolved `config.yaml` and `tokenizer/` rebuild the model; `--beam-size` and `--length-penalty`
 override the search settings baked into the SavedModel. Training already exports to `RUN_DIR/export` when it ends.
 
+An ensemble scores each next token by the mean of its models' probabilities (fairseq's `--path a.pt:b.pt`), in the
+search and in the `score` signature. Its runs must share RUN_DIR's vocabulary: train them on the same data with the
+same `data.tokenizer` settings (the vocabulary does not depend on `seed`), or fine-tune one from another
+(`trainer.init_from`). Their models may differ in size. The search settings are RUN_DIR's.
+
 Examples:
     kmt-export runs/dates/<time> --checkpoint best --beam-size 1
     kmt-export runs/multi30k/<time> --average 10 --output runs/multi30k/<time>/export_avg10
+    kmt-export runs/multi30k/<time1> --ensemble runs/multi30k/<time2> --average 5 --output ensemble_export
 """
 
 import argparse
@@ -27,6 +33,10 @@ def parse_args(argv=None):
     parser.add_argument("--average", type=int, metavar="N",
                         help="average the last N epoch checkpoints instead (they must be on disk: "
                              "trainer.keep_checkpoints >= N); also saves checkpoints/average_last{N}.weights.h5")
+    parser.add_argument("--ensemble", nargs="+", metavar="OTHER_RUN",
+                        help="also decode with these runs (each at the same --checkpoint last or best, or the same "
+                             "--average N): the export scores each next token by the mean of the models' "
+                             "probabilities; every run must share RUN_DIR's vocabulary")
     parser.add_argument("--output", help="where to write the SavedModel (default: RUN_DIR/export)")
     parser.add_argument("--beam-size", type=int, help="beam size baked into the export (1: greedy)")
     parser.add_argument("--length-penalty", type=float, help="GNMT length penalty alpha baked into the export")
@@ -51,14 +61,30 @@ def main(argv=None):
         from kmt.callbacks import save_weights_atomically
         from kmt.checkpoints import average_checkpoints, last_epoch_checkpoints, load_run_model
         from kmt.config import validate_decode
+        from kmt.errors import KmtError
         from kmt.export import export_translator
+        from kmt.tokenizer import Vocabularies
 
+        others = [Path(other) for other in args.ensemble or []]
+        if others and args.checkpoint not in ("last", "best"):
+            raise KmtError(f"--ensemble loads every run at --checkpoint last or best (or --average N), not one run's "
+                           f"weights file. Received: --checkpoint {args.checkpoint}")
         cfg, vocabularies, model = load_run_model(run_dir, args.checkpoint)
-        source = args.checkpoint
-        if args.average:
-            average_checkpoints(model, last_epoch_checkpoints(run_dir, args.average))
-            source = run_dir / "checkpoints" / f"average_last{args.average}.weights.h5"
-            save_weights_atomically(model, source)
+        members = [(run_dir, model)]
+        for run in others:
+            tokenizer_dir = run / "tokenizer"
+            if Vocabularies.exists(tokenizer_dir) and not Vocabularies.load(tokenizer_dir).same_as(vocabularies):
+                raise KmtError(f"--ensemble: {run} has another vocabulary than {run_dir}; an ensemble's runs must "
+                               "share one (train them on the same data with the same data.tokenizer settings)")
+            members.append((run, load_run_model(run, args.checkpoint)[2]))
+        sources = []
+        for run, model in members:
+            source = args.checkpoint
+            if args.average:
+                average_checkpoints(model, last_epoch_checkpoints(run, args.average))
+                source = run / "checkpoints" / f"average_last{args.average}.weights.h5"
+                save_weights_atomically(model, source)
+            sources.append(f"{run}:{source}" if others else str(source))
         if args.beam_size is not None:
             cfg.decode.beam_size = args.beam_size
         if args.length_penalty is not None:
@@ -73,8 +99,9 @@ def main(argv=None):
             cfg.decode.sampling_topp = args.sampling_topp
         validate_decode(cfg.decode)
         output = Path(args.output) if args.output else run_dir / "export"
-        export_translator(build_translator(model, vocabularies, cfg.decode), output)
-        print(f"exported {source} to {output}")
+        models = [model for _, model in members]  # one model, or an ensemble
+        export_translator(build_translator(models, vocabularies, cfg.decode), output)
+        print(f"exported {' + '.join(sources)} to {output}")
 
 
 if __name__ == "__main__":
