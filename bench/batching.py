@@ -28,6 +28,7 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import kmt  # noqa: E402, F401  (before keras: its import keeps TensorFlow's start-up lines out of the output)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402

@@ -27,6 +27,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import kmt  # noqa: F401  (before keras: its import keeps TensorFlow's start-up lines out of the output)
 import keras
 import numpy as np
 from keras import ops
