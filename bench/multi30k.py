@@ -4,6 +4,7 @@ through the SavedModel with beam search, and print one results row (markdown) pl
     python bench/multi30k.py en_de                      # the recipe in conf/experiment/multi30k_en_de.yaml
     python bench/multi30k.py de_en trainer.epochs=20    # any Hydra override goes to kmt-train
     python bench/multi30k.py en_de --tok-data           # the anchors' protocol: lowercased, tokenized text
+    python bench/multi30k.py en_de --resume runs/bench/multi30k_en_de/<time> [same overrides]  # after a kill
 
 Scores: sacreBLEU (cased, 13a, raw references), chrF, and the lowercased Moses-tokenized BLEU that published
 Multi30k numbers use (against $KMT_DATA_DIR/multi30k/tok/). Corpora come from $KMT_DATA_DIR (default ./data).
@@ -35,6 +36,10 @@ def parse_args(argv=None):
     parser.add_argument("overrides", nargs="*", help="Hydra overrides passed to kmt-train, e.g. trainer.epochs=20")
     parser.add_argument("--tok-data", action="store_true",
                         help="train, validate and test on the lowercased, tokenized tok/ copies (data.tokenized=true)")
+    parser.add_argument("--resume", metavar="RUN_DIR", type=Path,
+                        help="continue a killed bench run in RUN_DIR from its last completed epoch (give the same "
+                             "overrides); its time budget counts the epochs already spent, and `total_minutes` "
+                             "counts this invocation only")
     return parser.parse_intermixed_args(argv)
 
 
@@ -44,7 +49,9 @@ def main():
     source, target = direction.split("_")
     data = Path(os.environ.get("KMT_DATA_DIR", "data")) / "multi30k"
     stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    run_dir = Path("runs") / "bench" / f"multi30k_{direction}{'_tok' if tok_data else ''}" / stamp
+    run_dir = args.resume or Path("runs") / "bench" / f"multi30k_{direction}{'_tok' if tok_data else ''}" / stamp
+    if args.resume and not (args.resume / "config.yaml").exists():
+        sys.exit(f"error: {args.resume} is not a run directory (no config.yaml)")
     overrides = [*(["data.tokenized=true"] if tok_data else []), *user_overrides]
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "kmt.cli.train", f"experiment=multi30k_{direction}",
