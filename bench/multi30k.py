@@ -38,8 +38,8 @@ def parse_args(argv=None):
                         help="train, validate and test on the lowercased, tokenized tok/ copies (data.tokenized=true)")
     parser.add_argument("--resume", metavar="RUN_DIR", type=Path,
                         help="continue a killed bench run in RUN_DIR from its last completed epoch (give the same "
-                             "overrides); its time budget counts the epochs already spent, and `total_minutes` "
-                             "counts this invocation only")
+                             "overrides); its time budget counts the epochs already spent, while `train_minutes` and "
+                             "`total_minutes` count this invocation only")
     return parser.parse_intermixed_args(argv)
 
 
