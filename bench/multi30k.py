@@ -4,7 +4,7 @@ through the SavedModel with beam search, and print one results row (markdown) pl
     python bench/multi30k.py en_de                      # the recipe in conf/experiment/multi30k_en_de.yaml
     python bench/multi30k.py de_en trainer.epochs=20    # any Hydra override goes to kmt-train
     python bench/multi30k.py en_de --tok-data           # the anchors' protocol: lowercased, tokenized text
-    python bench/multi30k.py en_de --resume runs/bench/multi30k_en_de/<time> [same overrides]  # after a kill
+    python bench/multi30k.py en_de --resume runs/bench/multi30k_en_de/<time>  # continue a killed run
 
 Scores: sacreBLEU (cased, 13a, raw references), chrF, and the lowercased Moses-tokenized BLEU that published
 Multi30k numbers use (against $KMT_DATA_DIR/multi30k/tok/). Corpora come from $KMT_DATA_DIR (default ./data).
@@ -37,9 +37,10 @@ def parse_args(argv=None):
     parser.add_argument("--tok-data", action="store_true",
                         help="train, validate and test on the lowercased, tokenized tok/ copies (data.tokenized=true)")
     parser.add_argument("--resume", metavar="RUN_DIR", type=Path,
-                        help="continue a killed bench run in RUN_DIR from its last completed epoch (give the same "
-                             "overrides); its time budget counts the epochs already spent, while `train_minutes` and "
-                             "`total_minutes` count this invocation only")
+                        help="continue a killed bench run in RUN_DIR from its last completed epoch, with the "
+                             "overrides (and --tok-data) it was started with, then any given here; its time budget "
+                             "counts the epochs already spent, while `train_minutes` and `total_minutes` count this "
+                             "invocation only")
     return parser.parse_intermixed_args(argv)
 
 
@@ -50,8 +51,12 @@ def main():
     data = Path(os.environ.get("KMT_DATA_DIR", "data")) / "multi30k"
     stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     run_dir = args.resume or Path("runs") / "bench" / f"multi30k_{direction}{'_tok' if tok_data else ''}" / stamp
-    if args.resume and not (args.resume / "config.yaml").exists():
-        sys.exit(f"error: {args.resume} is not a run directory (no config.yaml)")
+    if args.resume:  # the run's own overrides, then the new ones (e.g. trainer.epochs=50 to train on)
+        saved = run_overrides(args.resume, direction)
+        tok_data = "data.tokenized=true" in saved
+        if args.tok_data and not tok_data:
+            sys.exit(f"error: {args.resume} was not trained with --tok-data; resume it without")
+        user_overrides = [*(item for item in saved if item != "data.tokenized=true"), *user_overrides]
     overrides = [*(["data.tokenized=true"] if tok_data else []), *user_overrides]
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "kmt.cli.train", f"experiment=multi30k_{direction}",
@@ -101,6 +106,20 @@ def main():
     if tok_data:
         print("(trained and tested on tok/; sacreBLEU and chrF are lowercased, on the detokenized output)")
     print(json.dumps(row))
+
+
+def run_overrides(run_dir, direction):
+    """The Hydra overrides a bench run in `run_dir` was started with (Hydra's `.hydra/overrides.yaml`), less the
+    experiment, so `--resume` continues it as it was started; exits with one line if it is not such a run."""
+    from omegaconf import OmegaConf
+
+    path = run_dir / ".hydra" / "overrides.yaml"
+    if not path.exists():
+        sys.exit(f"error: {run_dir} is not a run directory (no .hydra/overrides.yaml)")
+    saved = [str(item) for item in OmegaConf.load(path)]
+    if f"experiment=multi30k_{direction}" not in saved:
+        sys.exit(f"error: {run_dir} is not a multi30k_{direction} run (its overrides: {' '.join(saved)})")
+    return [item for item in saved if not item.startswith("experiment=")]
 
 
 def lowercased_detokenized_scores(hypotheses_path, raw_reference_path, lang):
