@@ -39,8 +39,8 @@ def parse_args(argv=None):
     parser.add_argument("--resume", metavar="RUN_DIR", type=Path,
                         help="continue a killed bench run in RUN_DIR from its last completed epoch, with the "
                              "overrides (and --tok-data) it was started with, then any given here; its time budget "
-                             "counts the epochs already spent, while `train_minutes` and `total_minutes` count this "
-                             "invocation only")
+                             "counts the epochs already spent, and so does `train_minutes` (`total_minutes`, with the "
+                             "export and the test decode, counts this invocation only)")
     return parser.parse_intermixed_args(argv)
 
 
@@ -87,7 +87,7 @@ def main():
         "val_sacrebleu": round(metrics["val"]["bleu"], 2),
         "parameters": metrics["train"]["parameters"],
         "epochs": metrics["train"]["epochs"],
-        "train_minutes": round(metrics["train"]["wall_seconds"] / 60, 1),
+        "train_minutes": round(metrics["train"]["run_seconds"] / 60, 1),  # every epoch, resumed or not
         "total_minutes": round(total_seconds / 60, 1),
         "tokens_per_second": round(metrics["train"]["tokens_per_second"]),
         "hardware": hardware(),

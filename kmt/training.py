@@ -188,8 +188,11 @@ def _train(cfg, run_dir):
             "learning rate did not cool down; lower trainer.epochs to what trainer.max_minutes holds",
             int(model.optimizer.iterations), total_steps,
         )
+    run_seconds = wall_seconds  # the whole run's epochs, earlier invocations of a resumed run included
     if (run_dir / "logs" / "history.csv").exists():
-        curves = plot_curves({run_dir.name: read_history(run_dir)}, run_dir / "logs" / "curves.png",
+        run_history = read_history(run_dir)
+        run_seconds = sum(seconds or 0.0 for seconds in run_history.get("epoch_seconds", []))
+        curves = plot_curves({run_dir.name: run_history}, run_dir / "logs" / "curves.png",
                              title=f"{cfg.name}: {run_dir.name}")
         logger.info("learning curves: %s", curves)
     losses = history.history.get("loss", []) if history else []
@@ -207,7 +210,7 @@ def _train(cfg, run_dir):
     if decoder is not model:
         decoder.set_weights(model.get_weights())
     translator = build_translator(decoder, vocabularies, cfg.decode)
-    metrics = {"train": train_stats(epoch, stats, wall_seconds, updates_per_epoch, model)}
+    metrics = {"train": train_stats(epoch, stats, wall_seconds, run_seconds, updates_per_epoch, model)}
     metrics["train"]["averaged_checkpoints"] = max(1, min(cfg.trainer.average_last, len(epoch_checkpoints(run_dir))))
     metrics["train"]["best"] = best_epoch(run_dir / "checkpoints", cfg.trainer.monitor)
     for name in ("val", "test"):
@@ -251,14 +254,17 @@ def log_schedule(schedule, total_steps):
     logger.info(message)
 
 
-def train_stats(split, stats, wall_seconds, updates_per_epoch, model):
+def train_stats(split, stats, wall_seconds, run_seconds, updates_per_epoch, model):
     """Throughput of this invocation: target tokens per second of training, leaving out the first epoch (which
-    pays for tracing and compilation) when there are more. `epochs` and `steps` (updates) count the whole run."""
+    pays for tracing and compilation) when there are more. `wall_seconds` is this invocation's `model.fit`;
+    `run_seconds`, `epochs` and `steps` (updates) count the whole run, earlier invocations of a resumed run included
+    (`run_seconds` sums history.csv's `epoch_seconds`, training and validation, the time trainer.max_minutes counts)."""
     seconds = stats.epoch_seconds[1:] or stats.epoch_seconds
     steps = int(ops.convert_to_numpy(model.optimizer.iterations))
     return {
         "tokens_per_second": split.target_tokens * len(seconds) / sum(seconds) if seconds else None,
         "wall_seconds": wall_seconds,
+        "run_seconds": run_seconds,
         "epochs": steps // updates_per_epoch,
         "steps": steps,
         "parameters": model.count_params(),

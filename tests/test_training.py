@@ -192,6 +192,9 @@ def test_a_resumed_accumulating_run_continues_at_the_same_update(tmp_path, caplo
     assert straight["steps"] == resumed["steps"] == 2 * updates and resumed["epochs"] == 2
     rates = [[float(row["learning_rate"]) for row in _history(tmp_path / run)] for run in ("straight", "resumed")]
     assert rates[0] == pytest.approx(rates[1]) and rates[0][0] < rates[0][1]
+    # The run's time counts the epochs of both invocations (as trainer.max_minutes does), not only the last one.
+    epoch_seconds = [float(row["epoch_seconds"]) for row in _history(tmp_path / "resumed")]
+    assert len(epoch_seconds) == 2 and resumed["run_seconds"] == pytest.approx(sum(epoch_seconds))
 
     # Resuming with another accumulation would shift the schedule (the optimizer counts batches): refused, and
     # so is an optimizer state that does not load (Keras only warns), which would restart the learning rate.
