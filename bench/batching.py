@@ -12,9 +12,11 @@ is trained on the training split as kmt-train trains it. For each width:
   stream it trains on (fewer than the single pass's batches: that ends each bucket with a partial batch);
 - training speed: the experiment's model (its size, dropout and precision, compiled as kmt-train compiles it) takes
   the first `--steps` batches of the seeded, shuffled, repeated stream that `model.fit` sees (no end-of-epoch
-  partial batches), cached so the input pipeline is not timed. One untimed round traces every width; then each of
-  `--repeats` rounds times each width once, rotating the order. Figures are medians over rounds: milliseconds per
-  step, real target tokens per second, and the epoch that rate implies (the split's target tokens over it).
+  partial batches), cached so the input pipeline is not timed, and timed from `model.fit`'s start of training to
+  its end (`common.fit_seconds`: not the iterator's teardown, which can stall). One untimed round traces every
+  width; then each of `--repeats` rounds times each width once, rotating the order. Figures are medians over rounds:
+  milliseconds per step, real target tokens per second, and the epoch that rate implies (the split's target tokens
+  over it).
 
 Ratios are each width's tokens/s over width 0's (the fixed edges, kmt's default) and its projected epoch time over
 width 0's. Nothing is asserted.
@@ -23,7 +25,6 @@ width 0's. Nothing is asserted.
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -34,7 +35,7 @@ import numpy as np  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from common import median, print_json, print_table  # noqa: E402
+from common import fit_seconds, median, print_json, print_table  # noqa: E402
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
@@ -119,10 +120,9 @@ def main(argv=None):
     order = list(range(len(rows)))
     for round_ in range(args.repeats + 1):  # round 0 traces and is not timed
         for index in order:
-            started = time.perf_counter()
-            model.fit(streams[rows[index]["bucket_width"]][0], epochs=1, verbose=0, shuffle=False)
+            seconds = fit_seconds(model, streams[rows[index]["bucket_width"]][0], args.steps)
             if round_:
-                rows[index]["seconds"].append(time.perf_counter() - started)
+                rows[index]["seconds"].append(seconds)
         order = order[1:] + order[:1]
 
     for row in rows:

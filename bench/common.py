@@ -51,6 +51,28 @@ def timed(fn, *args, **kwargs):
     return result, time.perf_counter() - started
 
 
+def fit_seconds(model, data, steps):
+    """Seconds that `model.fit(data, steps_per_epoch=steps, epochs=1)` spends between the start and the end of
+    training (Keras's `on_train_begin` and `on_train_end` hooks): its steps, and not the teardown after them.
+
+    A clock around the whole call also counts the release of `fit`'s tf.data iterator when it returns, and on the
+    2-core AMD EPYC that sometimes sat idle for 10-20 s (both cores idle; the main thread waiting in
+    `RootDataset::Iterator::~Iterator` for a tf.data thread to end), which doubled a 20-step bench's step time.
+    """
+    import keras
+
+    class Clock(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.started = time.perf_counter()
+
+        def on_train_end(self, logs=None):
+            self.seconds = time.perf_counter() - self.started
+
+    clock = Clock()
+    model.fit(data, steps_per_epoch=steps, epochs=1, shuffle=False, verbose=0, callbacks=[clock])
+    return clock.seconds
+
+
 def markdown_table(rows, columns):
     """`rows` (a list of dicts) as a markdown table with `columns` (a list of keys, or (key, header) pairs)."""
     columns = [(c, c) if isinstance(c, str) else c for c in columns]

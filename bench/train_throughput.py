@@ -11,8 +11,9 @@ The three models share sizes, dropout, sinusoidal positions and post-norm, and t
 under the Noam schedule on label-smoothed (0.1) cross-entropy that ignores pad id 0. They differ where their
 libraries do: kmt ties its output projection to the embedding (the paper's section 3.4); the references use an
 untied one. After one warm-up epoch each (traces and compiles), every repeat runs each framework once in turn,
-rotating the order; figures are medians over repeats. Ratios are kmt's tokens/s over the other's. Targets, not
-asserted: kmt >= 1.0x keras-hub and >= 1.0x PyTorch.
+rotating the order; figures are medians over repeats. A Keras epoch is timed from `model.fit`'s start of training to
+its end (`common.fit_seconds`), leaving out the teardown of its dataset iterator, which can stall. Ratios are kmt's
+tokens/s over the other's. Targets, not asserted: kmt >= 1.0x keras-hub and >= 1.0x PyTorch.
 
 MFU is model FLOP/s (`training_flops` per step over the median step time) as a fraction of the float32 matmul
 peak measured here on the same machine (the best of the Keras backend and torch), or of `--peak-tflops`.
@@ -32,7 +33,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from common import median, print_json, print_table, timed
+from common import fit_seconds, median, print_json, print_table, timed
 
 FRAMEWORKS = ("kmt", "keras_hub", "torch")
 KMT_VARIANTS = ("xla", "bf16", "xla+bf16")
@@ -164,11 +165,11 @@ def keras_dataset(batches):
 
 @dataclass
 class Runner:
-    """One framework under test: `epoch(steps)` trains that many steps; `tied` says whether the output
-    projection is the embedding transposed."""
+    """One framework under test: `epoch(steps)` trains that many steps and returns the seconds they took; `tied`
+    says whether the output projection is the embedding transposed."""
 
     name: str
-    epoch: Callable[[int], object]
+    epoch: Callable[[int], float]
     parameters: int
     tied: bool
 
@@ -190,7 +191,7 @@ def keras_runner(name, model, data, hidden_dim, jit_compile, tied):
     model.optimizer.build(model.trainable_variables)
 
     def epoch(steps):
-        return model.fit(data, steps_per_epoch=steps, epochs=1, shuffle=False, verbose=0)
+        return fit_seconds(model, data, steps)
 
     return Runner(name, epoch, model.count_params(), tied)
 
@@ -235,7 +236,8 @@ def build_runners(args, sizes, batches):
             model, batches, sizes["hidden_dim"], warmup_steps=WARMUP_STEPS, label_smoothing=LABEL_SMOOTHING,
             bfloat16=args.precision == "mixed_bfloat16",
         )
-        runners.append(Runner("torch", trainer.epoch, torch_transformer.count_parameters(model), tied=False))
+        runners.append(Runner("torch", lambda steps: timed(trainer.epoch, steps)[1],
+                              torch_transformer.count_parameters(model), tied=False))
     return runners
 
 
@@ -292,7 +294,7 @@ def time_epochs(runners, steps, warmup, repeats):
     for repeat in range(repeats):
         shift = repeat % len(runners)
         for runner in runners[shift:] + runners[:shift]:
-            seconds[runner.name].append(timed(runner.epoch, steps)[1])
+            seconds[runner.name].append(runner.epoch(steps))
     return seconds
 
 
