@@ -12,8 +12,8 @@ is trained on the training split as kmt-train trains it. For each width:
   stream it trains on (fewer than the single pass's batches: that ends each bucket with a partial batch);
 - training speed: the experiment's model (its size, dropout and precision, compiled as kmt-train compiles it) takes
   the first `--steps` batches of the seeded, shuffled, repeated stream that `model.fit` sees (no end-of-epoch
-  partial batches), cached so the input pipeline is not timed, and timed from `model.fit`'s start of training to
-  its end (`common.fit_seconds`: not the iterator's teardown, which can stall). One untimed round traces every
+  partial batches), cached so the input pipeline is not timed, and timed as kmt-train times an epoch's
+  training (`common.fit_seconds`: not the iterator's teardown, which can stall). One untimed round traces every
   width; then each of `--repeats` rounds times each width once, rotating the order. Figures are medians over rounds:
   milliseconds per step, real target tokens per second, and the epoch that rate implies (the split's target tokens
   over it).

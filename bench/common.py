@@ -52,25 +52,18 @@ def timed(fn, *args, **kwargs):
 
 
 def fit_seconds(model, data, steps):
-    """Seconds that `model.fit(data, steps_per_epoch=steps, epochs=1)` spends between the start and the end of
-    training (Keras's `on_train_begin` and `on_train_end` hooks): its steps, and not the teardown after them.
+    """Seconds that `model.fit(data, steps_per_epoch=steps, epochs=1)` spends training its one epoch, as kmt-train
+    times its epochs (`kmt.callbacks.TrainingStats`): its steps, and not the teardown after them.
 
     A clock around the whole call also counts the release of `fit`'s tf.data iterator when it returns, and on the
     2-core AMD EPYC that sometimes sat idle for 10-20 s (both cores idle; the main thread waiting in
     `RootDataset::Iterator::~Iterator` for a tf.data thread to end), which doubled a 20-step bench's step time.
     """
-    import keras
+    from kmt.callbacks import TrainingStats
 
-    class Clock(keras.callbacks.Callback):
-        def on_train_begin(self, logs=None):
-            self.started = time.perf_counter()
-
-        def on_train_end(self, logs=None):
-            self.seconds = time.perf_counter() - self.started
-
-    clock = Clock()
-    model.fit(data, steps_per_epoch=steps, epochs=1, shuffle=False, verbose=0, callbacks=[clock])
-    return clock.seconds
+    stats = TrainingStats(tokens_per_epoch=0)  # only its clock is read
+    model.fit(data, steps_per_epoch=steps, epochs=1, shuffle=False, verbose=0, callbacks=[stats])
+    return stats.epoch_seconds[0]
 
 
 def markdown_table(rows, columns):

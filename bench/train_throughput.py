@@ -11,8 +11,8 @@ The three models share sizes, dropout, sinusoidal positions and post-norm, and t
 under the Noam schedule on label-smoothed (0.1) cross-entropy that ignores pad id 0. They differ where their
 libraries do: kmt ties its output projection to the embedding (the paper's section 3.4); the references use an
 untied one. After one warm-up epoch each (traces and compiles), every repeat runs each framework once in turn,
-rotating the order; figures are medians over repeats. A Keras epoch is timed from `model.fit`'s start of training to
-its end (`common.fit_seconds`), leaving out the teardown of its dataset iterator, which can stall. Ratios are kmt's
+rotating the order; figures are medians over repeats. A Keras epoch is timed as kmt-train times an epoch's training
+(`common.fit_seconds`), leaving out the teardown of its dataset iterator, which can stall. Ratios are kmt's
 tokens/s over the other's. Targets, not asserted: kmt >= 1.0x keras-hub and >= 1.0x PyTorch.
 
 MFU is model FLOP/s (`training_flops` per step over the median step time) as a fraction of the float32 matmul
