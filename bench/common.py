@@ -55,9 +55,10 @@ def fit_seconds(model, data, steps):
     """Seconds that `model.fit(data, steps_per_epoch=steps, epochs=1)` spends training its one epoch, as kmt-train
     times its epochs (`kmt.callbacks.TrainingStats`): its steps, and not the teardown after them.
 
-    A clock around the whole call also counts the release of `fit`'s tf.data iterator when it returns, and on the
-    2-core AMD EPYC that sometimes sat idle for 10-20 s (both cores idle; the main thread waiting in
-    `RootDataset::Iterator::~Iterator` for a tf.data thread to end), which doubled a 20-step bench's step time.
+    A clock around the whole call also counts the release of `fit`'s tf.data iterator when it returns, and with
+    tf.data autotuning on that sometimes sat idle for 17-30 s on the 2-core AMD EPYC (the main thread joining the
+    iterator's autotuning thread, which slept out its period first; `bench/fit_teardown.py`), which doubled a 20-step
+    bench's step time. kmt's pipelines now turn autotuning off; streams built here without them can still stall.
     """
     from kmt.callbacks import TrainingStats
 

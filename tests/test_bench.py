@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
-SCRIPTS = ["attention_scaling", "batching", "decode_speed", "decode_sweep", "multi30k", "train_throughput"]
+SCRIPTS = ["attention_scaling", "batching", "decode_speed", "decode_sweep", "fit_teardown", "multi30k",
+           "train_throughput"]
 
 
 def run_bench(script, *args, timeout=600):
@@ -44,3 +45,16 @@ def test_batching_benchmark_reports_every_width():
         assert 0 < row["source_fill"] <= 1 and 0 < row["target_fill"] <= 1
         assert row["tokens_per_second"] > 0 and 0 < row["steps_per_epoch"] <= row["batches"]
     assert "| bucket width |" in result.stdout
+
+
+@pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
+def test_fit_teardown_benchmark_reports_both_settings():
+    result = run_bench("fit_teardown", "--steps", "2", "--repeats", "1", "debug=smoke", "data.download=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["benchmark"] == "fit_teardown" and report["training_pairs"] <= 300
+    assert [row["autotune"] for row in report["rows"]] == ["on", "off"]
+    for row in report["rows"]:
+        assert row["fits"] == 1 and row["whole_fit_ms_per_step"] >= row["ms_per_step"] > 0
+        assert row["teardown_seconds"][0] >= 0 and 0 <= row["stalled_fits"] <= 1
+    assert "| autotune |" in result.stdout

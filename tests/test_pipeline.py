@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from kmt.data.pipeline import bucket_edges, count_batches, encode_split, make_dataset, resample, subword_sampler
 from kmt.data.sources import ParallelText
@@ -129,3 +130,16 @@ def test_subword_sampling_resegments_every_pass_within_the_length_limit(vocabula
     assert epoch.target_tokens > varied.target_tokens
     assert max(epoch.source.row_lengths()) <= 16 and max(epoch.target.row_lengths()) <= 15
     assert len(epoch) + epoch.dropped["too_long_sampled"] == len(varied)
+
+
+
+@pytest.mark.parametrize("stream", [{}, {"shuffle": True, "seed": 1, "repeat": True}])
+def test_batches_come_without_tf_data_autotuning_and_are_the_same_as_with_it(split, stream):
+    # Autotuning's model thread made fit wait for its next wake-up when it released the training iterator
+    # (pipeline._without_autotune).
+    assert make_dataset(split, max_length=16, batch_size=4, **stream).options().autotune.enabled is False
+    options = tf.data.Options()
+    options.autotune.enabled = True
+    batches = lambda data: [f["source"].numpy().tolist() for f, _ in data.take(12)]  # noqa: E731
+    assert batches(make_dataset(split, max_length=16, batch_size=4, **stream)) == batches(
+        make_dataset(split, max_length=16, batch_size=4, **stream).with_options(options))

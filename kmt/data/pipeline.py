@@ -189,7 +189,24 @@ def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, 
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
     if shuffle:
         dataset = dataset.shuffle(256, seed=seed, reshuffle_each_iteration=True)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return dataset.prefetch(tf.data.AUTOTUNE).with_options(_without_autotune())
+
+
+def _without_autotune():
+    """tf.data options that turn its autotuning off.
+
+    With autotuning on, each iterator runs a model thread that re-tunes the pipeline on a doubling period (10 ms,
+    20 ms, ... up to a minute). Releasing the iterator joins that thread, and in TensorFlow 2.21 the thread first
+    sleeps out its period, so `model.fit` returned up to a period after its last step with the CPU idle: 15-17 s
+    after each of five 20-step fits on the 2-core AMD EPYC (each took 41.1 s in all, just past a wake-up at 10 ms
+    x 2^12 = 40.96 s), against 0.1 s with autotuning off (`python bench/fit_teardown.py`). kmt-train paid it once a run.
+    Without autotuning, `AUTOTUNE` in `map` runs as many calls at once as TensorFlow's inter-op pool has threads
+    (at most 16), and in `prefetch` gives a buffer that grows while the consumer waits: all these pipelines need,
+    as their work is small next to a training step.
+    """
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return options
 
 
 def count_batches(split, max_length, max_tokens=0, batch_size=64, bucket_width=0, repeated=False):

@@ -1,0 +1,116 @@
+"""What `model.fit` costs after its last step: the release of its tf.data iterator, with tf.data autotuning on (the
+TensorFlow default) and off (what kmt's pipelines use), side by side in one process.
+
+    python bench/fit_teardown.py                             # Multi30k En->De recipe, 5 rounds of 20-step fits
+    python bench/fit_teardown.py --steps 10 --repeats 3 debug=smoke
+
+With autotuning on, each tf.data iterator runs a model thread that re-tunes the pipeline on a doubling period (10 ms,
+20 ms, ... up to a minute); releasing the iterator joins that thread, and in TensorFlow 2.21 the thread can sleep
+out its period first. When it does, `fit` returns up to a period after its last step, with the CPU idle.
+
+The experiment's config is composed as kmt-train composes it (trailing arguments are Hydra overrides). Each fit trains
+the experiment's model for `--steps` steps on a fresh, seeded, shuffled, repeated training stream from
+`kmt.data.pipeline.make_dataset`, exactly as kmt-train builds it, with autotuning set on or off. One untimed round
+traces; then each of `--repeats` rounds runs both settings, alternating which goes first. Per setting: the steps'
+time (kmt's epoch clock, `common.fit_seconds`), the whole `fit` call, the seconds between the two (the teardown),
+and how many fits took over a second to tear down. Nothing is asserted.
+"""
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import kmt  # noqa: E402, F401  (before keras: its import keeps TensorFlow's start-up lines out of the output)
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from common import fit_seconds, median, print_json, print_table  # noqa: E402
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+SETTINGS = ("on", "off")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=20, help="training steps per fit (default: 20)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds, one fit per setting each (default: 5)")
+    parser.add_argument("--experiment", default="multi30k_en_de",
+                        help="conf/experiment/ to compose (default: multi30k_en_de)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for kmt-train (e.g. data.max_tokens=2048)")
+    args = parser.parse_args(argv)
+    for name in ("steps", "repeats"):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name} must be positive. Received: {getattr(args, name)}")
+    return args
+
+
+def stream(train, cfg, seed, autotune):
+    from kmt.data.pipeline import make_dataset
+
+    dataset = make_dataset(train, cfg.model.max_length, max_tokens=cfg.data.max_tokens,
+                           batch_size=cfg.data.batch_size, bucket_width=cfg.data.bucket_width, shuffle=True,
+                           seed=seed, repeat=True)
+    options = tf.data.Options()
+    options.autotune.enabled = autotune == "on"
+    return dataset.with_options(options)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from kmt import config as config_lib
+    from kmt.build import build_model, build_schedule, compile_model
+    from kmt.data import load_corpus
+    from kmt.data.pipeline import encode_split
+    from kmt.tokenizer import Vocabularies
+
+    config_lib.register_configs()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", overrides=[f"experiment={args.experiment}", *args.overrides])
+    config_lib.validate(cfg)
+    keras.utils.set_random_seed(cfg.seed)  # before the tokenizer: TF's seed reset drops SentencePiece resources
+    corpus = load_corpus(cfg.data)
+    vocabularies = Vocabularies.train(corpus["train"].source, corpus["train"].target,
+                                      joint=cfg.model.shared_embeddings,
+                                      **OmegaConf.to_container(cfg.data.tokenizer))
+    train = encode_split("train", corpus["train"], vocabularies, cfg.model.max_length)
+    keras.config.set_dtype_policy(cfg.trainer.precision)
+    model = compile_model(build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size), cfg,
+                          build_schedule(cfg.optim, cfg.model.hidden_dim, 10 * args.steps * (args.repeats + 1)))
+    print(f"{args.experiment}: {len(train):,} training pairs; {model.count_params():,} parameters, "
+          f"{cfg.trainer.precision}; {args.steps} steps a fit", file=sys.stderr)
+
+    fits = {setting: [] for setting in SETTINGS}
+    for round_ in range(args.repeats + 1):  # round 0 traces and is not timed
+        for setting in SETTINGS if round_ % 2 else SETTINGS[::-1]:
+            started = time.perf_counter()
+            steps = fit_seconds(model, stream(train, cfg, cfg.seed + round_, setting), args.steps)
+            whole = time.perf_counter() - started
+            if round_:
+                fits[setting].append((steps, whole))
+                print(f"round {round_}, autotune {setting}: steps {steps:.1f} s, whole fit {whole:.1f} s",
+                      file=sys.stderr, flush=True)
+    rows = []
+    for setting, timings in fits.items():
+        teardowns = [whole - steps for steps, whole in timings]
+        rows.append({"autotune": setting, "fits": len(timings),
+                     "ms_per_step": 1000 * median([steps for steps, _ in timings]) / args.steps,
+                     "whole_fit_ms_per_step": 1000 * median([whole for _, whole in timings]) / args.steps,
+                     "teardown_seconds_median": median(teardowns), "teardown_seconds_max": max(teardowns),
+                     "stalled_fits": sum(seconds > 1.0 for seconds in teardowns), "teardown_seconds": teardowns})
+    print_table(rows, ["autotune", "fits", ("ms_per_step", "steps: ms/step"),
+                       ("whole_fit_ms_per_step", "whole fit: ms/step"),
+                       ("teardown_seconds_median", "teardown s (median)"), ("teardown_seconds_max", "teardown s (max)"),
+                       ("stalled_fits", "fits with a teardown over 1 s")])
+    print_json("fit_teardown", experiment=args.experiment, overrides=args.overrides, steps=args.steps,
+               repeats=args.repeats, precision=cfg.trainer.precision, parameters=model.count_params(),
+               training_pairs=len(train), rows=rows)
+
+
+if __name__ == "__main__":
+    main()
