@@ -25,20 +25,13 @@ width 0's. Nothing is asserted.
 import argparse
 import os
 import sys
-from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import kmt  # noqa: E402, F401  (before keras: its import keeps TensorFlow's start-up lines out of the output)
-import keras  # noqa: E402
+import kmt  # noqa: E402, F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
 import numpy as np  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
 
-from common import fit_seconds, median, print_json, print_table  # noqa: E402
-
-CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "conf")
-
+from common import fit_seconds, median, print_json, print_table, recipe_model, recipe_training_split  # noqa: E402
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -77,30 +70,14 @@ def fill(dataset):
 
 def main(argv=None):
     args = parse_args(argv)
-    from kmt import config as config_lib
-    from kmt.build import build_model, build_schedule, compile_model
-    from kmt.data import load_corpus
-    from kmt.data.pipeline import bucket_edges, count_batches, encode_split, make_dataset
-    from kmt.tokenizer import Vocabularies
+    from kmt.data.pipeline import bucket_edges, count_batches, make_dataset
 
-    config_lib.register_configs()
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("config", overrides=[f"experiment={args.experiment}", *args.overrides])
-    config_lib.validate(cfg)
-    keras.utils.set_random_seed(cfg.seed)  # before the tokenizer: TF's seed reset drops SentencePiece resources
-    corpus = load_corpus(cfg.data)
-    vocabularies = Vocabularies.train(corpus["train"].source, corpus["train"].target,
-                                      joint=cfg.model.shared_embeddings,
-                                      **OmegaConf.to_container(cfg.data.tokenizer))
+    cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)
     max_length = cfg.model.max_length
-    train = encode_split("train", corpus["train"], vocabularies, max_length)
     batching = dict(max_length=max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size)
-
-    keras.config.set_dtype_policy(cfg.trainer.precision)
     total_steps = cfg.trainer.epochs * count_batches(train, **batching, bucket_width=cfg.data.bucket_width,
                                                      repeated=True)
-    model = compile_model(build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size), cfg,
-                          build_schedule(cfg.optim, cfg.model.hidden_dim, total_steps))
+    model = recipe_model(cfg, vocabularies, total_steps)
     rows, streams = [], {}
     for width in args.widths:
         batches, sentences, (source_fill, target_fill) = fill(make_dataset(train, **batching, bucket_width=width))

@@ -51,12 +51,52 @@ def timed(fn, *args, **kwargs):
     return result, time.perf_counter() - started
 
 
+CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+
+
+def recipe_training_split(experiment, overrides=()):
+    """An experiment's config composed as kmt-train composes it (`overrides` are Hydra overrides), the vocabulary
+    kmt-train would train on its training split, and that split encoded: `(cfg, vocabularies, train)`. Nothing is
+    written (kmt-train also saves the tokenizer into its run directory)."""
+    import keras
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from kmt import config as config_lib
+    from kmt.data import load_corpus
+    from kmt.data.pipeline import encode_split
+    from kmt.tokenizer import Vocabularies
+
+    config_lib.register_configs()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", overrides=[f"experiment={experiment}", *overrides])
+    config_lib.validate(cfg)
+    keras.utils.set_random_seed(cfg.seed)  # before the tokenizer: TF's seed reset drops SentencePiece resources
+    corpus = load_corpus(cfg.data)
+    vocabularies = Vocabularies.train(corpus["train"].source, corpus["train"].target,
+                                      joint=cfg.model.shared_embeddings,
+                                      **OmegaConf.to_container(cfg.data.tokenizer))
+    return cfg, vocabularies, encode_split("train", corpus["train"], vocabularies, cfg.model.max_length)
+
+
+def recipe_model(cfg, vocabularies, total_steps):
+    """The experiment's model in its training precision, compiled as kmt-train compiles it, with the learning-rate
+    schedule planned for `total_steps` updates."""
+    import keras
+
+    from kmt.build import build_model, build_schedule, compile_model
+
+    keras.config.set_dtype_policy(cfg.trainer.precision)
+    model = build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size)
+    return compile_model(model, cfg, build_schedule(cfg.optim, cfg.model.hidden_dim, total_steps))
+
+
 def fit_seconds(model, data, steps):
     """Seconds that `model.fit(data, steps_per_epoch=steps, epochs=1)` spends training its one epoch, as kmt-train
     times its epochs (`kmt.callbacks.TrainingStats`): its steps, and not the teardown after them.
 
     A clock around the whole call also counts the release of `fit`'s tf.data iterator when it returns, and with
-    tf.data autotuning on that sometimes sat idle for 17-30 s on the 2-core AMD EPYC (the main thread joining the
+    tf.data autotuning on that sometimes sat idle for 15-17 s on the 2-core AMD EPYC (the main thread joining the
     iterator's autotuning thread, which slept out its period first; `bench/fit_teardown.py`), which doubled a 20-step
     bench's step time. kmt's pipelines now turn autotuning off; streams built here without them can still stall.
     """

@@ -20,19 +20,14 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import kmt  # noqa: E402, F401  (before keras: its import keeps TensorFlow's start-up lines out of the output)
-import keras  # noqa: E402
+import kmt  # noqa: E402, F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
 import tensorflow as tf  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
 
-from common import fit_seconds, median, print_json, print_table  # noqa: E402
+from common import fit_seconds, median, print_json, print_table, recipe_model, recipe_training_split  # noqa: E402
 
-CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 SETTINGS = ("on", "off")
 
 
@@ -63,25 +58,8 @@ def stream(train, cfg, seed, autotune):
 
 def main(argv=None):
     args = parse_args(argv)
-    from kmt import config as config_lib
-    from kmt.build import build_model, build_schedule, compile_model
-    from kmt.data import load_corpus
-    from kmt.data.pipeline import encode_split
-    from kmt.tokenizer import Vocabularies
-
-    config_lib.register_configs()
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("config", overrides=[f"experiment={args.experiment}", *args.overrides])
-    config_lib.validate(cfg)
-    keras.utils.set_random_seed(cfg.seed)  # before the tokenizer: TF's seed reset drops SentencePiece resources
-    corpus = load_corpus(cfg.data)
-    vocabularies = Vocabularies.train(corpus["train"].source, corpus["train"].target,
-                                      joint=cfg.model.shared_embeddings,
-                                      **OmegaConf.to_container(cfg.data.tokenizer))
-    train = encode_split("train", corpus["train"], vocabularies, cfg.model.max_length)
-    keras.config.set_dtype_policy(cfg.trainer.precision)
-    model = compile_model(build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size), cfg,
-                          build_schedule(cfg.optim, cfg.model.hidden_dim, 10 * args.steps * (args.repeats + 1)))
+    cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)
+    model = recipe_model(cfg, vocabularies, 10 * args.steps * (args.repeats + 1))
     print(f"{args.experiment}: {len(train):,} training pairs; {model.count_params():,} parameters, "
           f"{cfg.trainer.precision}; {args.steps} steps a fit", file=sys.stderr)
 

@@ -132,7 +132,6 @@ def test_subword_sampling_resegments_every_pass_within_the_length_limit(vocabula
     assert len(epoch) + epoch.dropped["too_long_sampled"] == len(varied)
 
 
-
 @pytest.mark.parametrize("stream", [{}, {"shuffle": True, "seed": 1, "repeat": True}])
 def test_batches_come_without_tf_data_autotuning_and_are_the_same_as_with_it(split, stream):
     # Autotuning's model thread made fit wait for its next wake-up when it released the training iterator
