@@ -98,7 +98,9 @@ def fit_seconds(model, data, steps):
     A clock around the whole call also counts the release of `fit`'s tf.data iterator when it returns, and with
     tf.data autotuning on that sometimes sat idle for 15-17 s on the 2-core AMD EPYC (the main thread joining the
     iterator's autotuning thread, which slept out its period first; `bench/fit_teardown.py`), which doubled a 20-step
-    bench's step time. kmt's pipelines now turn autotuning off; streams built here without them can still stall.
+    bench's step time. kmt's pipelines and `train_throughput.py`'s synthetic stream now turn autotuning off
+    (`kmt.data.pipeline.without_autotune`); the clock still leaves the teardown out, so that a stream built any
+    other way cannot skew it.
     """
     from kmt.callbacks import TrainingStats
 

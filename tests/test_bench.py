@@ -58,3 +58,16 @@ def test_fit_teardown_benchmark_reports_both_settings():
         assert row["fits"] == 1 and row["whole_fit_ms_per_step"] >= row["ms_per_step"] > 0
         assert row["teardown_seconds"][0] >= 0 and 0 <= row["stalled_fits"] <= 1
     assert "| autotune |" in result.stdout
+
+
+def test_train_throughput_streams_its_batches_without_tf_data_autotuning(monkeypatch):
+    # Each of its fits releases the stream's iterator, which with autotuning on could idle 15-17 s (fit_teardown.py).
+    monkeypatch.syspath_prepend(str(BENCH))
+    import train_throughput
+
+    batches = train_throughput.synthetic_batches(steps=2, batch_size=3, length=4, vocab_size=20, seed=0)
+    data = train_throughput.keras_dataset(batches)
+    assert data.options().autotune.enabled is False
+    streamed = [(f["source"].numpy(), f["target_in"].numpy(), target_out.numpy()) for f, target_out in data.take(3)]
+    expected = [batches[0], batches[1], batches[0]]  # repeated
+    assert all((a == b).all() for got, want in zip(streamed, expected) for a, b in zip(got, want))

@@ -135,7 +135,7 @@ def test_subword_sampling_resegments_every_pass_within_the_length_limit(vocabula
 @pytest.mark.parametrize("stream", [{}, {"shuffle": True, "seed": 1, "repeat": True}])
 def test_batches_come_without_tf_data_autotuning_and_are_the_same_as_with_it(split, stream):
     # Autotuning's model thread made fit wait for its next wake-up when it released the training iterator
-    # (pipeline._without_autotune).
+    # (pipeline.without_autotune).
     assert make_dataset(split, max_length=16, batch_size=4, **stream).options().autotune.enabled is False
     options = tf.data.Options()
     options.autotune.enabled = True

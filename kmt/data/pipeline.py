@@ -189,10 +189,10 @@ def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, 
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
     if shuffle:
         dataset = dataset.shuffle(256, seed=seed, reshuffle_each_iteration=True)
-    return dataset.prefetch(tf.data.AUTOTUNE).with_options(_without_autotune())
+    return dataset.prefetch(tf.data.AUTOTUNE).with_options(without_autotune())
 
 
-def _without_autotune():
+def without_autotune():
     """tf.data options that turn its autotuning off.
 
     With autotuning on, each iterator runs a model thread that re-tunes the pipeline on a doubling period (10 ms,
