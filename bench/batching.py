@@ -31,7 +31,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import kmt  # noqa: E402, F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
 import numpy as np  # noqa: E402
 
-from common import fit_seconds, median, print_json, print_table, recipe_model, recipe_training_split  # noqa: E402
+from common import (add_recipe_arguments, fit_seconds, median, print_json, print_table,  # noqa: E402
+                    recipe_model, recipe_training_split, require_positive)
+
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -39,9 +41,7 @@ def parse_args(argv=None):
                         help="comma-separated data.bucket_width values; 0 is kmt's fixed edges (default: 0,1,2,4)")
     parser.add_argument("--steps", type=int, default=40, help="training steps timed per width and round (default: 40)")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (default: 3)")
-    parser.add_argument("--experiment", default="multi30k_en_de",
-                        help="conf/experiment/ to compose (default: multi30k_en_de)")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for kmt-train (e.g. data.max_tokens=2048)")
+    add_recipe_arguments(parser)
     args = parser.parse_args(argv)
     try:
         args.widths = [int(width) for width in args.widths.split(",") if width.strip()]
@@ -49,9 +49,7 @@ def parse_args(argv=None):
         parser.error(f"--widths must be comma-separated integers. Received: {args.widths}")
     if not args.widths or min(args.widths) < 0:
         parser.error(f"--widths must be integers >= 0. Received: {args.widths}")
-    for name in ("steps", "repeats"):
-        if getattr(args, name) <= 0:
-            parser.error(f"--{name} must be positive. Received: {getattr(args, name)}")
+    require_positive(parser, args, "steps", "repeats")
     return args
 
 

@@ -54,6 +54,20 @@ def timed(fn, *args, **kwargs):
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
 
+def add_recipe_arguments(parser):
+    """Adds `--experiment` and the trailing Hydra `overrides` to a bench's parser, for `recipe_training_split`."""
+    parser.add_argument("--experiment", default="multi30k_en_de",
+                        help="conf/experiment/ to compose (default: multi30k_en_de)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for kmt-train (e.g. data.max_tokens=2048)")
+
+
+def require_positive(parser, args, *names):
+    """Ends the bench with a one-line usage error unless each named integer argument is above zero."""
+    for name in names:
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive. Received: {getattr(args, name)}")
+
+
 def recipe_training_split(experiment, overrides=()):
     """An experiment's config composed as kmt-train composes it (`overrides` are Hydra overrides), the vocabulary
     kmt-train would train on its training split, and that split encoded: `(cfg, vocabularies, train)`. Nothing is

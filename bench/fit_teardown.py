@@ -26,7 +26,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import kmt  # noqa: E402, F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
 import tensorflow as tf  # noqa: E402
 
-from common import fit_seconds, median, print_json, print_table, recipe_model, recipe_training_split  # noqa: E402
+from common import (add_recipe_arguments, fit_seconds, median, print_json, print_table,  # noqa: E402
+                    recipe_model, recipe_training_split, require_positive)
 
 SETTINGS = ("on", "off")
 
@@ -35,13 +36,9 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=20, help="training steps per fit (default: 20)")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds, one fit per setting each (default: 5)")
-    parser.add_argument("--experiment", default="multi30k_en_de",
-                        help="conf/experiment/ to compose (default: multi30k_en_de)")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for kmt-train (e.g. data.max_tokens=2048)")
+    add_recipe_arguments(parser)
     args = parser.parse_args(argv)
-    for name in ("steps", "repeats"):
-        if getattr(args, name) <= 0:
-            parser.error(f"--{name} must be positive. Received: {getattr(args, name)}")
+    require_positive(parser, args, "steps", "repeats")
     return args
 
 

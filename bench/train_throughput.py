@@ -33,7 +33,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from common import fit_seconds, median, print_json, print_table, timed
+from common import fit_seconds, median, print_json, print_table, require_positive, timed
 
 FRAMEWORKS = ("kmt", "keras_hub", "torch")
 KMT_VARIANTS = ("xla", "bf16", "xla+bf16")
@@ -88,9 +88,7 @@ def parse_args(argv=None):
         parser.error(f"--kmt-variants must name some of {', '.join(KMT_VARIANTS)}. Received: {','.join(unknown)}")
     if args.kmt_variants and "kmt" not in args.frameworks:
         parser.error("--kmt-variants needs kmt in --frameworks: variants are compared with plain kmt")
-    for name in ("vocab", "batch_size", "length", "steps", "warmup", "repeats"):
-        if getattr(args, name) <= 0:
-            parser.error(f"--{name.replace('_', '-')} must be positive. Received: {getattr(args, name)}")
+    require_positive(parser, args, "vocab", "batch_size", "length", "steps", "warmup", "repeats")
     if args.vocab <= 4:
         parser.error(f"--vocab must exceed the 4 reserved ids. Received: {args.vocab}")
     if not 0.0 <= args.dropout < 1.0:

@@ -71,3 +71,10 @@ def test_train_throughput_streams_its_batches_without_tf_data_autotuning(monkeyp
     streamed = [(f["source"].numpy(), f["target_in"].numpy(), target_out.numpy()) for f, target_out in data.take(3)]
     expected = [batches[0], batches[1], batches[0]]  # repeated
     assert all((a == b).all() for got, want in zip(streamed, expected) for a, b in zip(got, want))
+
+
+@pytest.mark.parametrize("script", ["batching", "fit_teardown", "train_throughput"])
+def test_a_step_count_below_one_is_a_one_line_usage_error(script):
+    result = run_bench(script, "--steps", "0")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].endswith("error: --steps must be positive. Received: 0")
