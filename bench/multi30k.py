@@ -13,12 +13,17 @@ Multi30k numbers use (against $KMT_DATA_DIR/multi30k/tok/). Corpora come from $K
 (`data.tokenized=true`), as the published systems did; runs go to runs/bench/multi30k_<direction>_tok/. The output
 is then already in the references' form and is scored as is (tokenized BLEU, no re-tokenization); sacreBLEU and chrF
 are computed on the Moses-detokenized output against the raw references, both lowercased (case is not modelled).
+
+Stopping it: Ctrl-C, `kill` (SIGTERM) or a closed terminal (SIGHUP) reaches kmt-train too, which stops (Ctrl-C: at
+the next batch, saving the weights of the moment); the bench waits for it, then exits non-zero with the `--resume`
+command that continues the run from its last completed epoch.
 """
 
 import argparse
 import datetime
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -59,8 +64,14 @@ def main():
         user_overrides = [*(item for item in saved if item != "data.tokenized=true"), *user_overrides]
     overrides = [*(["data.tokenized=true"] if tok_data else []), *user_overrides]
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "kmt.cli.train", f"experiment=multi30k_{direction}",
-                    f"hydra.run.dir={run_dir}", *overrides], check=True)
+    status, stopped_by = run_child([sys.executable, "-m", "kmt.cli.train", f"experiment=multi30k_{direction}",
+                                    f"hydra.run.dir={run_dir}", *overrides])
+    if stopped_by:
+        print(f"error: stopped by {stopped_by.name}; continue the run from its last completed epoch with: "
+              f"python bench/multi30k.py {direction} --resume {run_dir}", file=sys.stderr)
+        sys.exit(128 + stopped_by)
+    if status:
+        sys.exit(status)  # kmt-train has printed its one-line error
     total_seconds = time.perf_counter() - started
     hypotheses = run_dir / f"test_2016_flickr.hyp.{target}"
     raw, tok = data / "test_2016_flickr", data / "tok" / "test_2016_flickr.lc.norm.tok"
@@ -72,8 +83,11 @@ def main():
     evaluation = subprocess.run(
         [sys.executable, "-m", "kmt.cli.evaluate", str(run_dir / "export"), *texts,
          "--hypotheses", str(hypotheses), "--json"],
-        check=True, capture_output=True, text=True,
+        capture_output=True, text=True,
     )
+    if evaluation.returncode:
+        lines = evaluation.stderr.strip().splitlines() or [f"exit status {evaluation.returncode}"]
+        sys.exit(f"error: kmt-evaluate of {run_dir / 'export'} failed: {lines[-1].removeprefix('error: ')}")
     scores = json.loads(evaluation.stdout.strip().splitlines()[-1])
     if tok_data:
         lowercased = lowercased_detokenized_scores(hypotheses, f"{raw}.{target}", target)
@@ -106,6 +120,35 @@ def main():
     if tok_data:
         print("(trained and tested on tok/; sacreBLEU and chrF are lowercased, on the detokenized output)")
     print(json.dumps(row))
+
+
+def run_child(command):
+    """Runs `command` (kmt-train) to its end: `(exit status, the signal that stopped it, or None)`.
+
+    The child gets a process group of its own, so the terminal's Ctrl-C reaches it once, through this process, and
+    SIGINT, SIGTERM and SIGHUP sent to this process are passed on to it (a signal this process ignores, such as SIGHUP
+    under nohup, stays ignored). This process waits for the child either way, so it cannot go on training, orphaned,
+    after the bench has gone; `subprocess.run` would instead kill it on Ctrl-C before it could save.
+    """
+    child = subprocess.Popen(command, process_group=0)
+    received = []
+
+    def forward(signum, frame):
+        received.append(signal.Signals(signum))
+        child.send_signal(signum)
+
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            previous[signum] = signal.signal(signum, forward)
+    try:
+        status = child.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if received:
+        return status, received[0]
+    return status, (signal.Signals(-status) if status < 0 else None)  # killed from outside (e.g. SIGKILL)
 
 
 def run_overrides(run_dir, direction):

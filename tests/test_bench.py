@@ -1,10 +1,13 @@
 """The benchmark scripts run: their --help explains, and the batching benchmark runs end to end on a slice of a real
-corpus with a tiny model (its figures are not checked: speed lives in benchmarks, not tests)."""
+corpus with a tiny model (its figures are not checked: speed lives in benchmarks, not tests). The Multi30k bench
+stops its training with it and ends with a one-line error."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -78,3 +81,61 @@ def test_a_step_count_below_one_is_a_one_line_usage_error(script):
     result = run_bench(script, "--steps", "0")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].endswith("error: --steps must be positive. Received: 0")
+
+
+def _processes_in(directory):
+    """PIDs of the processes whose working directory is `directory` (Linux's /proc)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and Path(os.readlink(proc / "cwd")) == directory:
+                pids.append(int(proc.name))
+        except OSError:  # gone, or not ours to read
+            pass
+    return pids
+
+
+# A smoke-sized multi30k run that would train for a long time, so that it is inside `fit` when the signal comes.
+ENDLESS = ["debug=smoke", "data.download=false", "trainer.epochs=1000", "trainer.max_minutes=0"]
+
+
+@pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR") or not Path("/proc/self/cwd").exists(),
+                    reason="needs the real corpora in $KMT_DATA_DIR, and Linux's /proc")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_stopping_the_multi30k_bench_stops_its_training_and_says_how_to_resume(tmp_path, signum):
+    # Before: SIGTERM ended the bench and left kmt-train training, orphaned, on the cores; Ctrl-C killed kmt-train
+    # before it could save. Now the bench passes the signal on, waits, and prints the --resume command.
+    env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3", "KMT_DATA_DIR": str(Path(os.environ["KMT_DATA_DIR"]).resolve())}
+    bench = subprocess.Popen([sys.executable, str(BENCH / "multi30k.py"), "en_de", *ENDLESS], cwd=tmp_path, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as in a terminal
+    runs = tmp_path / "runs" / "bench" / "multi30k_en_de"
+    deadline = time.time() + 300
+    while not list(runs.glob("*/checkpoints/backup/training_metadata.json")) and time.time() < deadline:
+        assert bench.poll() is None, bench.stderr.read()[-2000:]
+        time.sleep(0.05)
+    bench.send_signal(signum)
+    try:
+        _, stderr = bench.communicate(timeout=120)
+        left = _processes_in(tmp_path)
+    finally:
+        for pid in _processes_in(tmp_path):  # an orphaned kmt-train must not outlive the test
+            os.kill(pid, signal.SIGKILL)
+    assert bench.returncode == 128 + signum, stderr[-2000:]
+    assert left == []
+    (run_dir,) = runs.iterdir()
+    last = stderr.strip().splitlines()[-1]
+    assert "Traceback" not in stderr
+    assert last == (f"error: stopped by {signum.name}; continue the run from its last completed epoch with: "
+                    f"python bench/multi30k.py en_de --resume runs/bench/multi30k_en_de/{run_dir.name}")
+    if signum == signal.SIGINT:  # kmt-train's own Ctrl-C handling ran: the weights of the moment are saved
+        assert (run_dir / "checkpoints" / "interrupted.weights.h5").exists()
+
+
+@pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
+def test_a_failed_training_ends_the_multi30k_bench_with_its_one_line_error(tmp_path):
+    result = subprocess.run([sys.executable, str(BENCH / "multi30k.py"), "en_de", "debug=smoke", "trainer.epochs=0"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env=os.environ | {"KMT_DATA_DIR": str(Path(os.environ["KMT_DATA_DIR"]).resolve())})
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == "error: trainer.epochs must be positive. Received: 0"
