@@ -14,9 +14,9 @@ Multi30k numbers use (against $KMT_DATA_DIR/multi30k/tok/). Corpora come from $K
 is then already in the references' form and is scored as is (tokenized BLEU, no re-tokenization); sacreBLEU and chrF
 are computed on the Moses-detokenized output against the raw references, both lowercased (case is not modelled).
 
-Stopping it: Ctrl-C, `kill` (SIGTERM) or a closed terminal (SIGHUP) reaches kmt-train too, which stops (Ctrl-C: at
-the next batch, saving the weights of the moment); the bench waits for it, then exits non-zero with the `--resume`
-command that continues the run from its last completed epoch.
+Stopping it: Ctrl-C, `kill` (SIGTERM) or a closed terminal (SIGHUP) reaches kmt-train too, which stops at the next
+batch, saving the weights of the moment; the bench waits for it, then exits non-zero with the `--resume` command
+that continues the run from its last completed epoch.
 """
 
 import argparse

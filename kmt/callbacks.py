@@ -350,44 +350,57 @@ class HistoryCSV(keras.callbacks.Callback):
 
 
 class DeferredInterrupt(keras.callbacks.Callback):
-    """Ctrl-C during `fit`, delivered at the next batch or epoch end instead of wherever Python happens to be.
+    """A stop signal during `fit` (Ctrl-C, `kill`, a closed terminal), delivered at the next batch or epoch end
+    instead of wherever Python happens to be.
 
     Python raises `KeyboardInterrupt` at whatever line runs when SIGINT arrives, and a few library code paths (bare
     `except:` clauses in Keras's structure handling, run when a new batch shape is traced) would catch it and carry
-    on, so the interrupt could be lost. Inside `installed()` the first SIGINT only sets a flag, and this callback
-    raises `KeyboardInterrupt` from its own hooks, where nothing catches it but kmt. A second Ctrl-C interrupts at
-    once, as usual.
+    on, so the interrupt could be lost; SIGTERM and SIGHUP, at their defaults, end the process at once, with nothing
+    saved. Inside `installed()` the first of these signals only records itself in `received`, and this callback
+    raises `KeyboardInterrupt` from its own hooks, where nothing catches it but kmt, which then saves the weights of
+    the moment. So a job scheduler's SIGTERM (Slurm, Kubernetes) stops training as Ctrl-C does. A second signal
+    interrupts at once.
 
     Example:
     >>> interrupt = DeferredInterrupt()
     >>> with interrupt.installed():
-    ...     signal.raise_signal(signal.SIGINT)
-    ...     interrupt.requested
-    True
+    ...     signal.raise_signal(signal.SIGTERM)
+    ...     interrupt.received
+    <Signals.SIGTERM: 15>
     """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self):
         super().__init__()
-        self.requested = False
+        self.received = None  # the first stop signal that arrived, a `signal.Signals`
+
+    @property
+    def requested(self):
+        return self.received is not None
 
     @contextmanager
     def installed(self):
-        """Routes SIGINT to this callback for the block. Nothing changes outside the main thread, or where SIGINT
-        is ignored (a background job of a non-interactive shell, `nohup`): ignored stays ignored."""
-        ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-        if ignored or threading.current_thread() is not threading.main_thread():
+        """Routes the stop signals to this callback for the block. Nothing changes outside the main thread, and a
+        signal that is ignored (SIGINT in a background job of a non-interactive shell, SIGHUP under `nohup`) stays
+        ignored."""
+        if threading.current_thread() is not threading.main_thread():
             yield self
             return
-        previous = signal.signal(signal.SIGINT, self._on_signal)
+        previous = {signum: signal.getsignal(signum) for signum in self.SIGNALS}
+        for signum, handler in previous.items():
+            if handler is not signal.SIG_IGN:
+                signal.signal(signum, self._on_signal)
         try:
             yield self
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
 
     def _on_signal(self, signum, frame):
         if self.requested:
             raise KeyboardInterrupt
-        self.requested = True
+        self.received = signal.Signals(signum)
 
     def _raise_if_requested(self, *args, **kwargs):
         if self.requested:

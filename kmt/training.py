@@ -3,6 +3,7 @@
 import json
 import logging
 import math
+import signal
 import time
 from pathlib import Path
 
@@ -175,10 +176,10 @@ def _train(cfg, run_dir):
                 verbose=cfg.trainer.verbose,
                 shuffle=False,  # the tf.data pipeline shuffles, seeded
             )
-        if interrupt.requested:  # Ctrl-C during the last epoch's final hooks: still an interrupt
+        if interrupt.requested:  # a signal during the last epoch's final hooks: still an interrupt
             raise KeyboardInterrupt
     except KeyboardInterrupt:
-        raise Interrupted(model, run_dir) from None
+        raise Interrupted(model, run_dir, interrupt.received or signal.SIGINT) from None
     except StoppedEarly as stopped:  # a resumed run whose patience was already spent: weights restored, go on
         logger.info("early stopping: %s", stopped)
     wall_seconds = time.perf_counter() - started
@@ -226,20 +227,20 @@ def _train(cfg, run_dir):
 
 
 class Interrupted(KmtError):
-    """Ctrl-C during training: the weights of the moment are saved for inspection, while the resume state stays
-    at the end of the last completed epoch, so running the same command again continues exactly from there."""
+    """Ctrl-C, SIGTERM or SIGHUP during training: the weights of the moment are saved for inspection, while the
+    resume state stays at the end of the last completed epoch, so running the same command again continues exactly
+    from there. The exit status is the shell's convention for a signal, 128 + its number (130 for Ctrl-C)."""
 
-    exit_code = 130  # the shell's convention for SIGINT
-
-    def __init__(self, model, run_dir):
+    def __init__(self, model, run_dir, signum):
+        self.exit_code = 128 + signum
         path = run_dir / "checkpoints" / "interrupted.weights.h5"
         path.parent.mkdir(parents=True, exist_ok=True)
         save_weights_atomically(model, path)
         backup = run_dir / "checkpoints" / "backup" / "training_metadata.json"
         epoch = json.loads(backup.read_text())["epoch"] if backup.exists() else 0
         super().__init__(
-            f"interrupted; the current weights are in {path}. Run the same command again to resume after epoch "
-            f"{epoch} (optimizer state and learning-rate step included)"
+            f"interrupted by {signal.Signals(signum).name}; the current weights are in {path}. Run the same "
+            f"command again to resume after epoch {epoch} (optimizer state and learning-rate step included)"
         )
 
 

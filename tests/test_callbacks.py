@@ -110,17 +110,18 @@ def test_time_budget_counts_the_epochs_of_earlier_invocations(tmp_path):
 
 
 class _SwallowingCallback(keras.callbacks.Callback):
-    """Delivers SIGINT at batch `at` inside a bare `except:`, the way some library code would swallow it."""
+    """Delivers `signum` (SIGINT by default) at batch `at` inside a bare `except:`, the way some library code would
+    swallow the KeyboardInterrupt of a Ctrl-C."""
 
-    def __init__(self, at):
+    def __init__(self, at, signum=signal.SIGINT):
         super().__init__()
-        self.at, self.batches = at, 0
+        self.at, self.signum, self.batches = at, signum, 0
 
     def on_train_batch_begin(self, batch, logs=None):
         self.batches += 1
         if self.batches == self.at:
             try:
-                signal.raise_signal(signal.SIGINT)
+                signal.raise_signal(self.signum)
             except:  # noqa: E722  (the point of the test)
                 pass
 
@@ -158,16 +159,28 @@ def test_deferred_interrupt_stops_at_the_end_of_the_batch_it_arrived_in(sigint_r
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
 
 
-def test_an_ignored_sigint_stays_ignored():
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+def test_sigterm_stops_at_the_end_of_its_batch_instead_of_ending_the_process():
+    # At its default, SIGTERM (a job scheduler's stop) would end this very process, test runner and all.
+    before = signal.getsignal(signal.SIGTERM)
+    swallowing, interrupt = _SwallowingCallback(at=3, signum=signal.SIGTERM), DeferredInterrupt()
+    with pytest.raises(KeyboardInterrupt):
+        _tiny_fit([swallowing, interrupt], interrupt)
+    assert swallowing.batches == 3 and interrupt.received is signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler is put back
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
+def test_an_ignored_signal_stays_ignored(signum):
+    # SIGINT in a background job of a non-interactive shell, SIGHUP under nohup.
+    previous = signal.signal(signum, signal.SIG_IGN)
     try:
         interrupt = DeferredInterrupt()
         with interrupt.installed():
-            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-            signal.raise_signal(signal.SIGINT)
+            assert signal.getsignal(signum) is signal.SIG_IGN
+            signal.raise_signal(signum)
         assert not interrupt.requested
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(signum, previous)
 
 
 def _constant_fit(run_dir, epochs, patience):

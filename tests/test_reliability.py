@@ -70,7 +70,9 @@ def test_killed_run_resumes_where_it_stopped(tmp_path):
     assert killed_metrics["steps"] == reference_metrics["steps"]  # the optimizer step carried over the kill
 
 
-def test_ctrl_c_saves_and_exits_cleanly(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "SIGTERM"])
+def test_a_stop_signal_saves_and_exits_cleanly(tmp_path, signum):
+    # SIGTERM is what job schedulers (Slurm, Kubernetes) send before they kill: before, it ended kmt-train at once.
     run_dir = tmp_path / "run"
     env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"}
     # A terminal's Ctrl-C: SIGINT at its default even when the tests run as a background job, which ignores it.
@@ -81,10 +83,11 @@ def test_ctrl_c_saves_and_exits_cleanly(tmp_path):
     deadline = time.time() + 300
     while not (run_dir / "checkpoints" / "backup" / "training_metadata.json").exists() and time.time() < deadline:
         time.sleep(0.05)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signum)
     _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130, stderr[-2000:]
-    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("error: interrupted")
+    assert process.returncode == 128 + signum, stderr[-2000:]
+    last = stderr.strip().splitlines()[-1]
+    assert "Traceback" not in stderr and last.startswith(f"error: interrupted by {signum.name}; "), last
     assert (run_dir / "checkpoints" / "interrupted.weights.h5").exists()
     resumed = run_cli("train", *LONGER, "trainer.epochs=2", f"hydra.run.dir={run_dir}")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
