@@ -375,10 +375,6 @@ class DeferredInterrupt(keras.callbacks.Callback):
         super().__init__()
         self.received = None  # the first stop signal that arrived, a `signal.Signals`
 
-    @property
-    def requested(self):
-        return self.received is not None
-
     @contextmanager
     def installed(self):
         """Routes the stop signals to this callback for the block. Nothing changes outside the main thread, and a
@@ -398,12 +394,12 @@ class DeferredInterrupt(keras.callbacks.Callback):
                 signal.signal(signum, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
 
     def _on_signal(self, signum, frame):
-        if self.requested:
+        if self.received:
             raise KeyboardInterrupt
         self.received = signal.Signals(signum)
 
     def _raise_if_requested(self, *args, **kwargs):
-        if self.requested:
+        if self.received:
             raise KeyboardInterrupt
 
     on_train_batch_end = on_test_batch_end = on_epoch_end = _raise_if_requested

@@ -176,7 +176,7 @@ def _train(cfg, run_dir):
                 verbose=cfg.trainer.verbose,
                 shuffle=False,  # the tf.data pipeline shuffles, seeded
             )
-        if interrupt.requested:  # a signal during the last epoch's final hooks: still an interrupt
+        if interrupt.received:  # a signal during the last epoch's final hooks: still an interrupt
             raise KeyboardInterrupt
     except KeyboardInterrupt:
         raise Interrupted(model, run_dir, interrupt.received or signal.SIGINT) from None
