@@ -47,6 +47,18 @@ def _sentence_limits(batch_size, max_length, max_lengths):
     return ops.convert_to_tensor(max_lengths, "int32")
 
 
+def _gather_rows(x, indices):
+    """`x` (B, N, L) and int32 `indices` (B, M) -> (B, M, L): row `indices[b, m]` of `x[b]`.
+
+    One gather on the flattened rows. `ops.take_along_axis` on axis 1 would do the same, but under TensorFlow it
+    transposes int64 indices, and oneDNN then logs an error line ("oneDNN supports DT_INT64 only on platforms with
+    AVX-512") on every first translation.
+    """
+    batch, rows, _ = ops.shape(x)
+    flat = ops.reshape(ops.arange(batch)[:, None] * rows + indices, (-1,))  # (B*M,)
+    return ops.reshape(ops.take(ops.reshape(x, (batch * rows, -1)), flat, axis=0), (batch, ops.shape(indices)[1], -1))
+
+
 def expand_to_beams(state, beam_size):
     """Repeats every row of every tensor in the nest `state` `beam_size` times on axis 0: (B, ...) -> (B*K, ...).
 
@@ -250,9 +262,8 @@ def beam_search(
         finishing_tokens = ops.take(flat_tokens, ops.reshape(rows + candidate_beams, (-1,)), axis=0)  # (B*2K, L+1)
         finishing_tokens = _write_column(ops.reshape(finishing_tokens, (b, 2 * k, -1)), length, candidate_tokens)
         finished_scores, kept = ops.top_k(ops.concatenate([finished_scores, scores], axis=1), k)  # (B, K)
-        finished_tokens = ops.take_along_axis(
-            ops.concatenate([finished_tokens, finishing_tokens], axis=1), kept[:, :, None], axis=1
-        )  # (B, K, L+1)
+        merged = ops.concatenate([finished_tokens, finishing_tokens], axis=1)  # (B, 3K, L+1)
+        finished_tokens = _gather_rows(merged, kept)  # (B, K, L+1)
 
         # Alive: the K best candidates that did not end; the state follows its beams.
         alive_log_probs, alive = ops.top_k(ops.where(ends, NEG_INF, candidate_log_probs), k)  # (B, K)

@@ -18,9 +18,14 @@ def compose_config(*overrides):
         return compose("config", overrides=["debug=smoke", *overrides])
 
 
-def run_cli(module, *args, cwd=None, input=None, timeout=600):
-    """Runs `python -m kmt.cli.<module> args...` in a fresh process; returns the CompletedProcess."""
-    env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
+def run_cli(module, *args, cwd=None, input=None, timeout=600, native_logs=False):
+    """Runs `python -m kmt.cli.<module> args...` in a fresh process; returns the CompletedProcess.
+
+    TensorFlow's native log lines are off (`TF_CPP_MIN_LOG_LEVEL=3`) unless `native_logs`, which leaves the level
+    to kmt (its default, 2, as a user gets it)."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"} | {"PYTHONUNBUFFERED": "1"}
+    if not native_logs:
+        env["TF_CPP_MIN_LOG_LEVEL"] = "3"
     return subprocess.run(
         [sys.executable, "-m", f"kmt.cli.{module}", *map(str, args)],
         cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout, env=env,
