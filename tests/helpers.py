@@ -23,9 +23,9 @@ def run_cli(module, *args, cwd=None, input=None, timeout=600, native_logs=False)
 
     TensorFlow's native log lines are off (`TF_CPP_MIN_LOG_LEVEL=3`) unless `native_logs`, which leaves the level
     to kmt (its default, 2, as a user gets it)."""
-    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"} | {"PYTHONUNBUFFERED": "1"}
-    if not native_logs:
-        env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
+    if native_logs:
+        del env["TF_CPP_MIN_LOG_LEVEL"]
     return subprocess.run(
         [sys.executable, "-m", f"kmt.cli.{module}", *map(str, args)],
         cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout, env=env,
