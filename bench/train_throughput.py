@@ -20,7 +20,8 @@ peak measured here on the same machine (the best of the Keras backend and torch)
 
 `--kmt-variants` adds more kmt runners to the same rotation, each the plain kmt model with one switch changed:
 `xla` compiles its train step with XLA (`trainer.jit_compile=true`), `bf16` builds it under the `mixed_bfloat16`
-dtype policy (`trainer.precision=mixed_bfloat16`), `xla+bf16` does both. Their ratios are over plain kmt.
+dtype policy (`trainer.precision=mixed_bfloat16`), `xla+bf16` does both, `noppl` leaves out the perplexity metric
+(what `MaskedPerplexity` costs a step). Their ratios are over plain kmt.
 """
 
 import argparse
@@ -36,7 +37,7 @@ from keras import ops
 from common import fit_seconds, median, print_json, print_table, require_positive, timed
 
 FRAMEWORKS = ("kmt", "keras_hub", "torch")
-KMT_VARIANTS = ("xla", "bf16", "xla+bf16")
+KMT_VARIANTS = ("xla", "bf16", "xla+bf16", "noppl")
 PRESETS = {
     "small": dict(num_layers=3, hidden_dim=256, num_heads=4, intermediate_dim=1024),
     "base": dict(num_layers=6, hidden_dim=512, num_heads=8, intermediate_dim=2048),
@@ -71,7 +72,8 @@ def parse_args(argv=None):
                              "KERAS_BACKEND=jax, where without it fit runs op by op")
     parser.add_argument("--kmt-variants", default="",
                         help=f"comma-separated kmt variants to time beside plain kmt, of {','.join(KMT_VARIANTS)}: "
-                             "XLA-compiled train step, mixed_bfloat16 policy, or both (default: none)")
+                             "XLA-compiled train step, mixed_bfloat16 policy, both, or no perplexity metric "
+                             "(default: none)")
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="MFU against this peak instead of the measured float32 matmul peak, "
                              "e.g. 990 for an H100's dense bfloat16")
@@ -175,10 +177,11 @@ class Runner:
     tied: bool
 
 
-def keras_runner(name, model, data, hidden_dim, jit_compile, tied):
+def keras_runner(name, model, data, hidden_dim, jit_compile, tied, perplexity=True):
     """Compiles `model` as kmt's `compile_model` does (Adam(0.9, 0.98, 1e-9) on `NoamSchedule`,
-    `MaskedCrossEntropy(0.1)`, `MaskedAccuracy`); each epoch is one `model.fit` of `steps` steps on `data`."""
-    from kmt.losses import MaskedAccuracy, MaskedCrossEntropy
+    `MaskedCrossEntropy(0.1)`, `MaskedAccuracy`, and `MaskedPerplexity` unless not `perplexity`); each epoch is one
+    `model.fit` of `steps` steps on `data`."""
+    from kmt.losses import MaskedAccuracy, MaskedCrossEntropy, MaskedPerplexity
     from kmt.schedule import NoamSchedule
 
     model.compile(
@@ -186,7 +189,7 @@ def keras_runner(name, model, data, hidden_dim, jit_compile, tied):
             learning_rate=NoamSchedule(hidden_dim, warmup_steps=WARMUP_STEPS), beta_1=0.9, beta_2=0.98, epsilon=1e-9
         ),
         loss=MaskedCrossEntropy(label_smoothing=LABEL_SMOOTHING),
-        metrics=[MaskedAccuracy()],
+        metrics=[MaskedAccuracy(), MaskedPerplexity()] if perplexity else [MaskedAccuracy()],
         jit_compile=jit_compile,
     )
     model.optimizer.build(model.trainable_variables)
@@ -216,7 +219,8 @@ def build_runners(args, sizes, batches):
                                       max_length=max_length, name="kmt_transformer")
             name = f"kmt+{variant}" if variant else "kmt"
             jit_compile = args.jit_compile or "xla" in switches
-            runners.append(keras_runner(name, model, data, sizes["hidden_dim"], jit_compile, tied=True))
+            runners.append(keras_runner(name, model, data, sizes["hidden_dim"], jit_compile, tied=True,
+                                        perplexity="noppl" not in switches))
         keras.config.set_dtype_policy(args.precision)
     if "keras_hub" in args.frameworks:
         from keras_hub_transformer import build_keras_hub_transformer

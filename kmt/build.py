@@ -2,7 +2,7 @@
 
 import keras
 
-from kmt.losses import MaskedAccuracy, MaskedCrossEntropy
+from kmt.losses import MaskedAccuracy, MaskedCrossEntropy, MaskedPerplexity
 from kmt.model import build_transformer
 from kmt.schedule import NoamSchedule
 
@@ -65,7 +65,7 @@ def build_optimizer(optim_cfg, schedule):
 
 
 def compile_model(model, cfg, schedule):
-    """Compiles `model` for training with the config's optimizer, loss, metric and XLA choice, at the learning rate
+    """Compiles `model` for training with the config's optimizer, loss, metrics and XLA choice, at the learning rate
     `schedule` (`build_schedule`).
 
     The optimizer's slots are created here, not in the first training step: under TensorFlow, Keras otherwise
@@ -75,7 +75,7 @@ def compile_model(model, cfg, schedule):
     model.compile(
         optimizer=build_optimizer(cfg.optim, schedule),
         loss=MaskedCrossEntropy(label_smoothing=cfg.optim.label_smoothing),
-        metrics=[MaskedAccuracy()],
+        metrics=[MaskedAccuracy(), MaskedPerplexity()],
         jit_compile=cfg.trainer.jit_compile,
     )
     model.optimizer.build(model.trainable_variables)

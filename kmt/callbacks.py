@@ -132,11 +132,11 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
 
 
 def improves(monitor, value, best):
-    """True when `value` of `monitor` beats `best` (None: nothing yet): lower is better for losses, higher for the
-    rest (accuracy, BLEU)."""
+    """True when `value` of `monitor` beats `best` (None: nothing yet): lower is better for losses and perplexity,
+    higher for the rest (accuracy, BLEU)."""
     if best is None:
         return True
-    return value < best if monitor.endswith("loss") else value > best
+    return value < best if monitor.endswith(("loss", "ppl")) else value > best
 
 
 def best_epoch(directory, monitor):

@@ -15,7 +15,8 @@ from kmt.errors import ConfigError
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 DATASETS = ("dates", "multi30k", "spa_eng", "parallel")
-MONITORS = ("val_loss", "val_accuracy", "val_bleu")  # what trainer.monitor may name
+MONITORS = ("val_loss", "val_ppl", "val_accuracy", "val_bleu")  # what trainer.monitor may name
+OBJECTIVES = ("loss", "ppl", "accuracy", "bleu", "chrf", "exact_match")  # what trainer.objective may name
 
 
 @dataclass
@@ -99,15 +100,16 @@ class TrainerConfig:
     average_last: int = 0  # >1: score and export the average of the last N epoch checkpoints (paper, section 6.1)
     val_bleu: bool = False  # after every epoch, translate val greedily and log its sacreBLEU as val_bleu (fairseq's
     # --eval-bleu); costs one greedy decode of the val split an epoch
-    monitor: str = "val_loss"  # what picks checkpoints/best.weights.h5 and drives patience: val_loss (lower is
-    # better), val_accuracy or val_bleu (higher is better; needs trainer.val_bleu=true)
+    monitor: str = "val_loss"  # what picks checkpoints/best.weights.h5 and drives patience: val_loss or val_ppl
+    # (lower is better), val_accuracy or val_bleu (higher is better; needs trainer.val_bleu=true)
     patience: int = 0  # stop once this many epochs pass without a better trainer.monitor (fairseq's --patience);
     # 0: never
     export: bool = True  # write the SavedModel to <run>/export at the end
     init_from: str = ""  # fine-tune: a run directory (its last epoch's weights) or a .weights.h5 in its checkpoints/,
     # whose vocabulary and weights this run starts from; its model.* settings must be this run's (dropouts aside);
     # the optimizer and learning-rate schedule start afresh (fairseq's --restore-file --reset-optimizer)
-    objective: str = "loss"  # val metric train() returns for sweepers: loss, accuracy, bleu, chrf, exact_match
+    objective: str = "loss"  # val metric train() returns for sweepers: loss, ppl, accuracy, bleu, chrf, exact_match
+    # (ppl, not loss, to compare different optim.label_smoothing)
     verbose: int = 1  # Keras progress: 0 silent, 1 progress bar, 2 one line per epoch
 
 
@@ -189,8 +191,8 @@ def validate(cfg):
         f"trainer.precision must be one of {', '.join(PRECISIONS)}. Received: {trainer.precision!r}",
     )
     _check(
-        trainer.objective in ("loss", "accuracy", "bleu", "chrf", "exact_match"),
-        f"trainer.objective must be loss, accuracy, bleu, chrf or exact_match. Received: {trainer.objective!r}",
+        trainer.objective in OBJECTIVES,
+        f"trainer.objective must be one of {', '.join(OBJECTIVES)}. Received: {trainer.objective!r}",
     )
     _check(
         trainer.monitor in MONITORS,

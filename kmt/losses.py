@@ -1,4 +1,4 @@
-"""Label-smoothed cross-entropy and token accuracy, both over non-pad target tokens only."""
+"""Label-smoothed cross-entropy, token accuracy and perplexity, all over non-pad target tokens only."""
 
 import keras
 from keras import ops
@@ -72,6 +72,46 @@ class MaskedAccuracy(keras.metrics.Metric):
 
     def result(self):
         return self.correct / ops.maximum(self.total, 1.0)
+
+    def get_config(self):
+        return {"name": self.name, "pad_id": self.pad_id}
+
+
+@keras.saving.register_keras_serializable(package="kmt")
+class MaskedPerplexity(keras.metrics.Metric):
+    """Perplexity of the non-pad target tokens, `exp` of their mean cross-entropy without label smoothing,
+    accumulated over batches (fairseq's `ppl`, OpenNMT-tf's perplexity).
+
+    The training loss includes label smoothing, so runs with different `optim.label_smoothing` cannot be compared
+    by loss; their perplexities can.
+
+    Args:
+        pad_id: int. Target id that is ignored. Defaults to `0`.
+
+    Example:
+    >>> metric = MaskedPerplexity()
+    >>> metric.update_state(keras.ops.array([[1, 0]]), keras.ops.zeros((1, 2, 4)))  # uniform over 4, the pad ignored
+    >>> round(float(metric.result()), 4)
+    4.0
+    """
+
+    def __init__(self, pad_id=PAD_ID, name="ppl", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pad_id = pad_id
+        self.nll = self.add_variable(shape=(), initializer="zeros", name="nll")
+        self.total = self.add_variable(shape=(), initializer="zeros", name="total")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        # The same ops as MaskedCrossEntropy's, which a compiled train step can then compute once for both.
+        y_true = ops.cast(y_true, "int32")
+        log_probs = ops.log_softmax(ops.cast(y_pred, "float32"), axis=-1)  # (B, T, V)
+        nll = -ops.squeeze(ops.take_along_axis(log_probs, y_true[..., None], axis=-1), axis=-1)  # (B, T)
+        weights = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
+        self.nll.assign_add(ops.sum(nll * weights))
+        self.total.assign_add(ops.sum(weights))
+
+    def result(self):
+        return ops.exp(self.nll / ops.maximum(self.total, 1.0))
 
     def get_config(self):
         return {"name": self.name, "pad_id": self.pad_id}

@@ -273,11 +273,12 @@ def train_stats(split, stats, wall_seconds, run_seconds, updates_per_epoch, mode
 
 
 def evaluate_split(model, translator, split, text, batching, decode_cfg, tokenized=False):
-    """Loss and token accuracy on the kept pairs; BLEU, chrF and exact match of decoded translations of every
-    source sentence against its reference (BLEU without further tokenization when the text is `tokenized`)."""
+    """Loss, token accuracy and perplexity on the kept pairs; BLEU, chrF and exact match of decoded translations of
+    every source sentence against its reference (BLEU without further tokenization when the text is `tokenized`)."""
     scores = model.evaluate(make_dataset(split, **batching), verbose=0, return_dict=True)
     translations, _ = translate_lines(batch_fn(translator.translate), text.source, decode_cfg.batch_size)
-    return {"loss": scores["loss"], "accuracy": scores["accuracy"], "pairs": len(text)} | translation_scores(
+    kept = {name: scores[name] for name in ("loss", "accuracy", "ppl")}
+    return kept | {"pairs": len(text)} | translation_scores(
         translations, text.target, tokenized
     )
 

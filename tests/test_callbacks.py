@@ -228,6 +228,11 @@ def test_the_best_checkpoint_follows_the_monitor_in_its_direction(tmp_path):
     loss.on_epoch_end(3, {"loss": 1.0, "val_loss": 5.0})
     loss.on_epoch_end(4, {"loss": 1.0, "val_loss": 4.0})
     assert best_epoch(tmp_path, "val_loss")["epoch"] == 5
+    perplexity = EpochCheckpoint(tmp_path / "ppl", monitor="val_ppl")  # lower is better, as for losses
+    perplexity.set_model(model)
+    for epoch, value in enumerate([9.0, 7.0, 8.0]):
+        perplexity.on_epoch_end(epoch, {"loss": 1.0, "val_ppl": value})
+    assert best_epoch(tmp_path / "ppl", "val_ppl") == {"epoch": 2, "monitor": "val_ppl", "value": 7.0}
 
 
 def test_validation_bleu_scores_the_trained_weights_in_the_decoding_copy(tmp_path):

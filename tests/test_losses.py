@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from kmt.losses import MaskedAccuracy, MaskedCrossEntropy
+from kmt.losses import MaskedAccuracy, MaskedCrossEntropy, MaskedPerplexity
 
 
 def test_pad_tokens_carry_no_loss_and_mean_is_over_real_tokens():
@@ -38,6 +38,21 @@ def test_masked_accuracy_counts_real_tokens_across_batches():
     metric.update_state(np.array([[1, 2, 0]]), eye[[[1, 3, 0]]])  # 1 of 2 right, the pad ignored
     metric.update_state(np.array([[3, 0, 0]]), eye[[[3, 1, 1]]])  # 1 of 1 right
     assert float(ops.convert_to_numpy(metric.result())) == pytest.approx(2 / 3)
+
+
+def test_masked_perplexity_is_exp_of_unsmoothed_cross_entropy_across_batches():
+    rng = np.random.default_rng(2)
+    batches = [(np.array([[1, 2, 0]]), rng.normal(size=(1, 3, 6)).astype("float32")),
+               (np.array([[3, 4, 5]]), rng.normal(size=(1, 3, 6)).astype("float32"))]
+    metric = MaskedPerplexity()
+    nll = []
+    for y, logits in batches:
+        metric.update_state(y, logits)
+        log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        nll += [-log_probs[0, t, y[0, t]] for t in range(3) if y[0, t] != 0]  # 5 real tokens, the pad ignored
+    assert float(ops.convert_to_numpy(metric.result())) == pytest.approx(math.exp(np.mean(nll)), rel=1e-5)
+    smoothed = MaskedCrossEntropy(label_smoothing=0.1)(*batches[1])
+    assert float(smoothed) != pytest.approx(np.mean(nll[2:]), rel=1e-3)  # the loss would not compare across epsilons
 
 
 def test_rejects_bad_smoothing():

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import math
 import os
 import re
 import shutil
@@ -88,6 +89,18 @@ def test_train_returns_the_validation_objective(tmp_path):
     value = train(cfg, tmp_path)
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert value == pytest.approx(metrics["val"]["accuracy"])
+
+
+def test_perplexity_is_logged_and_without_smoothing_is_exp_of_the_loss(tmp_path):
+    cfg = compose_config("optim.label_smoothing=0", "trainer.objective=ppl", "trainer.monitor=val_ppl",
+                         "trainer.export=false")
+    value = train(cfg, tmp_path)
+    val = json.loads((tmp_path / "metrics.json").read_text())["val"]
+    assert value == val["ppl"] and val["ppl"] == pytest.approx(math.exp(val["loss"]), rel=1e-4)
+    row = _history(tmp_path)[-1]
+    assert float(row["val_ppl"]) == pytest.approx(math.exp(float(row["val_loss"])), rel=1e-4)
+    assert float(row["ppl"]) > 1.0
+    assert json.loads((tmp_path / "checkpoints" / "best.json").read_text())["monitor"] == "val_ppl"
 
 
 def test_val_bleu_is_logged_every_epoch_and_picks_the_best_checkpoint(tmp_path):
@@ -266,7 +279,7 @@ def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
         ("data.subword_sampling=0.5 data.tokenizer.model_type=bpe", "needs data.tokenizer.model_type=unigram"),
         ("data.tokenized=true", "data.tokenized applies to data=multi30k only. Received: data.tokenized=true with "
                                 "data=dates"),
-        ("trainer.monitor=bleu", "trainer.monitor must be one of val_loss, val_accuracy, val_bleu. Received: 'bleu'"),
+        ("trainer.monitor=bleu", "trainer.monitor must be one of val_loss, val_ppl, val_accuracy, val_bleu. Received: 'bleu'"),
         ("trainer.monitor=val_bleu", "trainer.monitor=val_bleu needs trainer.val_bleu=true"),
         ("trainer.patience=-1", "trainer.patience must be >= 0. Received: -1"),
         ("optim.gradient_accumulation_steps=0", "optim.gradient_accumulation_steps must be positive. Received: 0"),
