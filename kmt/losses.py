@@ -6,6 +6,22 @@ from keras import ops
 from kmt.layers.masks import PAD_ID
 
 
+def _real_tokens(y_true, pad_id):
+    """`(B, T)` float32: 1 at real target tokens, 0 at pads."""
+    return ops.cast(ops.not_equal(y_true, pad_id), "float32")
+
+
+def _log_probs_and_nll(y_true, y_pred):
+    """`(B, T, V)` float32 log-probabilities of the logits `y_pred` and `(B, T)` -log p of the int32 targets `y_true`.
+
+    The loss and the perplexity metric both call this, so a compiled train step holds the same ops twice and
+    TensorFlow can compute them once.
+    """
+    log_probs = ops.log_softmax(ops.cast(y_pred, "float32"), axis=-1)
+    nll = -ops.squeeze(ops.take_along_axis(log_probs, y_true[..., None], axis=-1), axis=-1)
+    return log_probs, nll
+
+
 @keras.saving.register_keras_serializable(package="kmt")
 class MaskedCrossEntropy(keras.losses.Loss):
     """Cross-entropy with label smoothing (Szegedy et al., 2016; the paper, section 5.4), averaged over the
@@ -38,19 +54,44 @@ class MaskedCrossEntropy(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         y_true = ops.cast(y_true, "int32")
-        log_probs = ops.log_softmax(ops.cast(y_pred, "float32"), axis=-1)  # (B, T, V)
-        nll = -ops.squeeze(ops.take_along_axis(log_probs, y_true[..., None], axis=-1), axis=-1)  # (B, T)
+        log_probs, nll = _log_probs_and_nll(y_true, y_pred)  # (B, T, V), (B, T)
         smooth = -ops.mean(log_probs, axis=-1)  # (B, T)
         per_token = (1.0 - self.label_smoothing) * nll + self.label_smoothing * smooth
-        weights = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")  # (B, T)
+        weights = _real_tokens(y_true, self.pad_id)  # (B, T)
         return ops.sum(per_token * weights) / ops.maximum(ops.sum(weights), 1.0)
 
     def get_config(self):
         return {"name": self.name, "label_smoothing": self.label_smoothing, "pad_id": self.pad_id}
 
 
+class _MaskedTokenMean(keras.metrics.Metric):
+    """The mean of a per-token value (`token_values`) over the non-pad target tokens of every batch so far."""
+
+    def __init__(self, pad_id=PAD_ID, name=None, **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pad_id = pad_id
+        self.sum = self.add_variable(shape=(), initializer="zeros", name="sum")
+        self.total = self.add_variable(shape=(), initializer="zeros", name="total")
+
+    def token_values(self, y_true, y_pred):
+        """`(B, T)` float32 value of each target position (pads included; they are weighed out)."""
+        raise NotImplementedError
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        y_true = ops.cast(y_true, "int32")
+        weights = _real_tokens(y_true, self.pad_id)
+        self.sum.assign_add(ops.sum(self.token_values(y_true, y_pred) * weights))
+        self.total.assign_add(ops.sum(weights))
+
+    def mean(self):
+        return self.sum / ops.maximum(self.total, 1.0)
+
+    def get_config(self):
+        return {"name": self.name, "pad_id": self.pad_id}
+
+
 @keras.saving.register_keras_serializable(package="kmt")
-class MaskedAccuracy(keras.metrics.Metric):
+class MaskedAccuracy(_MaskedTokenMean):
     """Fraction of non-pad target tokens whose argmax prediction is right, accumulated over batches.
 
     Args:
@@ -58,27 +99,17 @@ class MaskedAccuracy(keras.metrics.Metric):
     """
 
     def __init__(self, pad_id=PAD_ID, name="accuracy", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.pad_id = pad_id
-        self.correct = self.add_variable(shape=(), initializer="zeros", name="correct")
-        self.total = self.add_variable(shape=(), initializer="zeros", name="total")
+        super().__init__(pad_id=pad_id, name=name, **kwargs)
 
-    def update_state(self, y_true, y_pred, sample_weight=None):
-        y_true = ops.cast(y_true, "int32")
-        weights = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
-        hits = ops.cast(ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), y_true), "float32")
-        self.correct.assign_add(ops.sum(hits * weights))
-        self.total.assign_add(ops.sum(weights))
+    def token_values(self, y_true, y_pred):
+        return ops.cast(ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), y_true), "float32")
 
     def result(self):
-        return self.correct / ops.maximum(self.total, 1.0)
-
-    def get_config(self):
-        return {"name": self.name, "pad_id": self.pad_id}
+        return self.mean()
 
 
 @keras.saving.register_keras_serializable(package="kmt")
-class MaskedPerplexity(keras.metrics.Metric):
+class MaskedPerplexity(_MaskedTokenMean):
     """Perplexity of the non-pad target tokens, `exp` of their mean cross-entropy without label smoothing,
     accumulated over batches (fairseq's `ppl`, OpenNMT-tf's perplexity).
 
@@ -96,22 +127,10 @@ class MaskedPerplexity(keras.metrics.Metric):
     """
 
     def __init__(self, pad_id=PAD_ID, name="ppl", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.pad_id = pad_id
-        self.nll = self.add_variable(shape=(), initializer="zeros", name="nll")
-        self.total = self.add_variable(shape=(), initializer="zeros", name="total")
+        super().__init__(pad_id=pad_id, name=name, **kwargs)
 
-    def update_state(self, y_true, y_pred, sample_weight=None):
-        # The same ops as MaskedCrossEntropy's, which a compiled train step can then compute once for both.
-        y_true = ops.cast(y_true, "int32")
-        log_probs = ops.log_softmax(ops.cast(y_pred, "float32"), axis=-1)  # (B, T, V)
-        nll = -ops.squeeze(ops.take_along_axis(log_probs, y_true[..., None], axis=-1), axis=-1)  # (B, T)
-        weights = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
-        self.nll.assign_add(ops.sum(nll * weights))
-        self.total.assign_add(ops.sum(weights))
+    def token_values(self, y_true, y_pred):
+        return _log_probs_and_nll(y_true, y_pred)[1]
 
     def result(self):
-        return ops.exp(self.nll / ops.maximum(self.total, 1.0))
-
-    def get_config(self):
-        return {"name": self.name, "pad_id": self.pad_id}
+        return ops.exp(self.mean())
