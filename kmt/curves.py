@@ -1,7 +1,9 @@
 """Learning curves: one or more runs' `logs/history.csv` drawn as one PNG, to look at rather than read.
 
-Three panels against the epoch: training loss (solid) and validation loss (dashed); validation BLEU when a run logged
-it (`trainer.val_bleu=true`), else validation token accuracy; the learning rate. Every run keeps one colour.
+Panels against the epoch: training loss (solid) and validation loss (dashed); perplexity without label smoothing, train
+and val, on a log scale, when a run logged it (`ppl`, so runs with different `optim.label_smoothing` compare); validation
+BLEU when a run logged it (`trainer.val_bleu=true`), else validation token accuracy; the learning rate. Three panels
+make one row, four a 2 x 2 grid. Every run keeps one colour.
 `kmt-train` writes `logs/curves.png` at the end of a run, a sweep writes `summary.png` beside `summary.md`, and
 `kmt-plot` draws any runs side by side, mid-run too.
 """
@@ -24,13 +26,20 @@ def read_history(run_dir):
     return columns
 
 
+def _logged(histories, key):
+    return any(value is not None for history in histories.values() for value in history.get(key, []))
+
+
 def _panels(histories):
-    """(title, columns) per panel; a second column is drawn dashed."""
-    if any("val_bleu" in h for h in histories.values()):
-        second = ("val BLEU (greedy search)", ("val_bleu",))
+    """(title, columns, log scale) per panel; a second column is drawn dashed."""
+    panels = [("loss: train (solid), val (dashed)", ("loss", "val_loss"), False)]
+    if _logged(histories, "val_ppl"):
+        panels.append(("perplexity, no label smoothing: train, val", ("ppl", "val_ppl"), True))
+    if _logged(histories, "val_bleu"):
+        panels.append(("val BLEU (greedy search)", ("val_bleu",), False))
     else:
-        second = ("val token accuracy", ("val_accuracy",))
-    return [("loss: train (solid), val (dashed)", ("loss", "val_loss")), second, ("learning rate", ("learning_rate",))]
+        panels.append(("val token accuracy", ("val_accuracy",), False))
+    return panels + [("learning rate", ("learning_rate",), False)]
 
 
 def plot_curves(histories, path, title=""):
@@ -44,8 +53,10 @@ def plot_curves(histories, path, title=""):
 
     panels = _panels(histories)
     last = max((max(h["epoch"], default=1) for h in histories.values()), default=1)
-    figure, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
-    for (name, keys), ax in zip(panels, axes[0]):
+    rows, columns = (2, 2) if len(panels) == 4 else (1, len(panels))
+    figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.8 * rows), squeeze=False)
+    axes = axes.ravel()
+    for (name, keys, log_scale), ax in zip(panels, axes):
         for i, (label, history) in enumerate(histories.items()):
             for key, style in zip(keys, ("-", "--")):
                 points = [(e, v) for e, v in zip(history["epoch"], history.get(key, [])) if v is not None]
@@ -53,13 +64,15 @@ def plot_curves(histories, path, title=""):
                     ax.plot(*zip(*points), style, color=f"C{i % 10}", marker="." if len(points) < 30 else None,
                             label=label if key == keys[0] else None)
         ax.set_title(name)
+        if log_scale:
+            ax.set_yscale("log")  # an untrained model's perplexity is in the thousands, a trained one's near 5
         ax.set_xlabel("epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
         ax.set_xlim(0.5, last + 0.5)
         ax.grid(alpha=0.3)
-    axes[0][-1].ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
+    axes[-1].ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
     if len(histories) > 1:
-        axes[0][0].legend(fontsize="small")
+        axes[0].legend(fontsize="small")
     if title:
         figure.suptitle(title)
     figure.tight_layout()

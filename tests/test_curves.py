@@ -4,7 +4,7 @@ import csv
 
 import pytest
 
-from kmt.curves import plot_curves, read_history
+from kmt.curves import _panels, plot_curves, read_history
 from kmt.errors import KmtError
 from tests.helpers import pixels_of_color, run_cli
 
@@ -20,9 +20,10 @@ def _run(tmp_path, name, rows):
     return run
 
 
-def _epochs(count, bleu=True):
+def _epochs(count, bleu=True, ppl=False):
     return [{"epoch": e, "loss": 4.0 / (e + 1), "val_loss": 4.5 / (e + 1), "val_accuracy": 0.1 * e,
-             "learning_rate": 1e-3 * (e + 1), **({"val_bleu": 5.0 * e if e != 1 else ""} if bleu else {})}
+             "learning_rate": 1e-3 * (e + 1), **({"val_bleu": 5.0 * e if e != 1 else ""} if bleu else {}),
+             **({"ppl": 3000.0 / (e + 1) ** 3, "val_ppl": 4000.0 / (e + 1) ** 3} if ppl else {})}
             for e in range(count)]
 
 
@@ -42,6 +43,22 @@ def test_each_run_is_drawn_in_its_own_colour(tmp_path):
     assert pixels_of_color(path, "#1f77b4") > 100 and pixels_of_color(path, "#ff7f0e") > 100  # matplotlib's C0, C1
     only_first = plot_curves({"a": read_history(first)}, tmp_path / "one.png")
     assert pixels_of_color(only_first, "#ff7f0e") == 0
+
+
+def test_perplexity_gets_its_own_log_scaled_panel_when_any_run_logged_it(tmp_path):
+    import matplotlib.image
+
+    old, new = read_history(_run(tmp_path, "old", _epochs(3))), read_history(_run(tmp_path, "new", _epochs(3, ppl=True)))
+    titles = [title for title, _, _ in _panels({"old": old})]
+    assert len(titles) == 3 and not any("perplexity" in t for t in titles)  # a run from before the metric: as it was
+    panels = _panels({"old": old, "new": new})
+    assert [(keys, log) for _, keys, log in panels] == [
+        (("loss", "val_loss"), False), (("ppl", "val_ppl"), True), (("val_bleu",), False), (("learning_rate",), False)]
+    empty_bleu = read_history(_run(tmp_path, "empty", [{**row, "val_bleu": ""} for row in _epochs(2, ppl=True)]))
+    assert _panels({"empty": empty_bleu})[2][1] == ("val_accuracy",)  # a column with no value draws no empty panel
+    path = plot_curves({"old": old, "new": new}, tmp_path / "both.png")
+    assert matplotlib.image.imread(path).shape[:2] == (760, 1000)  # four panels: 2 x 2 of 5 x 3.8 inches at 100 dpi
+    assert pixels_of_color(path, "#ff7f0e") > 100
 
 
 def test_a_directory_without_history_is_a_clear_error(tmp_path):

@@ -1,6 +1,7 @@
 """`kmt-plot RUN_DIR [RUN_DIR ...]`: learning curves of one or more kmt-train runs, as one PNG.
 
-Panels against the epoch: training loss (solid) and validation loss (dashed); validation BLEU when the runs logged it
+Panels against the epoch: training loss (solid) and validation loss (dashed); their perplexity without label smoothing
+(`ppl`, log scale), so runs with different optim.label_smoothing compare; validation BLEU when the runs logged it
 (`trainer.val_bleu=true`), else validation token accuracy; the learning rate. Reads each run's `logs/history.csv`,
 so it works while a run is still training. kmt-train draws the same plot into `logs/curves.png` when a run ends, and
 a sweep into `summary.png`.
