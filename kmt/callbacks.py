@@ -310,7 +310,8 @@ class HistoryCSV(keras.callbacks.Callback):
     """`history.csv`, one row per epoch (`epoch` counted from 0, then the logs' keys, as keras.callbacks.CSVLogger
     writes them), that stays consistent with the resume state whatever moment a run is killed: each row is
     appended and flushed at the end of its epoch, and when a resumed `fit` starts at epoch k, rows of epochs >= k
-    (written before a kill but not covered by the backup) are dropped first, so epochs are never duplicated."""
+    (written before a kill but not covered by the backup) are dropped first, so epochs are never duplicated. A key
+    the file has no column for (a resume that logs more) adds one, blank in the earlier rows."""
 
     def __init__(self, path):
         super().__init__()
@@ -335,12 +336,21 @@ class HistoryCSV(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
         keys = sorted(logs)
-        new = not self.path.exists()
+        new = not self.path.exists() or self.path.stat().st_size == 0
         if not new:
             with open(self.path, newline="", encoding="utf-8") as f:
-                header = next(csv.reader(f), None)
-            keys = header[1:] if header else keys
-        with open(self.path, "a", newline="", encoding="utf-8") as f:
+                rows = list(csv.reader(f))
+            columns = rows[0][1:]
+            added = [key for key in keys if key not in columns]
+            keys = columns + added
+            if added:
+                # A resumed run that logs more than its first epochs did (`trainer.val_bleu=true` added, a metric new
+                # since the run started): the header gains the columns, the earlier rows stay, blank in them.
+                temporary = self.path.with_name(self.path.name + ".partial")
+                with open(temporary, "w", newline="", encoding="utf-8") as f:
+                    csv.writer(f).writerows([["epoch", *keys], *(row + [""] * len(added) for row in rows[1:])])
+                os.replace(temporary, self.path)
+        with open(self.path, "w" if new else "a", newline="", encoding="utf-8") as f:
             writer = csv.writer(f)
             if new:
                 writer.writerow(["epoch", *keys])

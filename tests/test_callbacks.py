@@ -33,6 +33,22 @@ def test_history_rows_are_appended_and_stale_ones_dropped_on_resume(tmp_path):
     assert [row[0] for row in rows[1:]] == ["0", "1", "2"] and rows[3] == ["2", "0.9", "0.5"]
 
 
+def test_a_resume_that_logs_a_new_key_adds_its_column(tmp_path):
+    path = tmp_path / "history.csv"
+    first = HistoryCSV(path)
+    first.on_train_begin()
+    first.on_epoch_begin(0)
+    first.on_epoch_end(0, {"loss": 3.0, "val_loss": 3.5})
+    resumed = HistoryCSV(path)  # e.g. resumed with trainer.val_bleu=true
+    resumed.on_train_begin()
+    resumed.on_epoch_begin(1)
+    resumed.on_epoch_end(1, {"loss": 2.0, "val_bleu": 12.5, "val_loss": 2.5})
+    resumed.on_epoch_end(2, {"loss": 1.0, "val_loss": 1.5})  # and a key missing from a row stays blank
+    assert _rows(path) == [["epoch", "loss", "val_loss", "val_bleu"], ["0", "3.0", "3.5", ""],
+                           ["1", "2.0", "2.5", "12.5"], ["2", "1.0", "1.5", ""]]
+    assert not (tmp_path / "history.csv.partial").exists()
+
+
 def test_a_run_directory_admits_one_training_at_a_time(tmp_path):
     import pytest
 
