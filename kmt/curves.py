@@ -2,8 +2,8 @@
 
 Panels against the epoch: training loss (solid) and validation loss (dashed); perplexity without label smoothing, train
 and val, on a log scale, when a run logged it (`ppl`, so runs with different `optim.label_smoothing` compare); validation
-BLEU when a run logged it (`trainer.val_bleu=true`), else validation token accuracy; the learning rate. Three panels
-make one row, four a 2 x 2 grid. Every run keeps one colour.
+BLEU when a run logged it (`trainer.val_bleu=true`), and validation token accuracy when a run did not; the learning
+rate. Up to three panels make one row, more two rows. Every run keeps one colour.
 `kmt-train` writes `logs/curves.png` at the end of a run, a sweep writes `summary.png` beside `summary.md`, and
 `kmt-plot` draws any runs side by side, mid-run too.
 """
@@ -37,8 +37,8 @@ def _panels(histories):
         panels.append(("perplexity, no label smoothing: train, val", ("ppl", "val_ppl"), True))
     if _logged(histories, "val_bleu"):
         panels.append(("val BLEU (greedy search)", ("val_bleu",), False))
-    else:
-        panels.append(("val token accuracy", ("val_accuracy",), False))
+    if any(not _logged({label: history}, "val_bleu") for label, history in histories.items()):
+        panels.append(("val token accuracy", ("val_accuracy",), False))  # what every run logs
     return panels + [("learning rate", ("learning_rate",), False)]
 
 
@@ -53,9 +53,11 @@ def plot_curves(histories, path, title=""):
 
     panels = _panels(histories)
     last = max((max(h["epoch"], default=1) for h in histories.values()), default=1)
-    rows, columns = (2, 2) if len(panels) == 4 else (1, len(panels))
+    rows, columns = (1, len(panels)) if len(panels) <= 3 else (2, (len(panels) + 1) // 2)
     figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.8 * rows), squeeze=False)
     axes = axes.ravel()
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
     for (name, keys, log_scale), ax in zip(panels, axes):
         for i, (label, history) in enumerate(histories.items()):
             for key, style in zip(keys, ("-", "--")):
@@ -70,7 +72,7 @@ def plot_curves(histories, path, title=""):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
         ax.set_xlim(0.5, last + 0.5)
         ax.grid(alpha=0.3)
-    axes[-1].ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
+    axes[len(panels) - 1].ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))  # the learning rate
     if len(histories) > 1:
         axes[0].legend(fontsize="small")
     if title:

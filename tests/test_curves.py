@@ -39,9 +39,10 @@ def test_each_run_is_drawn_in_its_own_colour(tmp_path):
 
     first, second = _run(tmp_path, "a", _epochs(4)), _run(tmp_path, "b", _epochs(6, bleu=False))
     path = plot_curves({"a": read_history(first), "b": read_history(second)}, tmp_path / "out" / "curves.png")
-    assert matplotlib.image.imread(path).shape[:2] == (380, 1500)  # three 5 x 3.8 inch panels at 100 dpi
+    assert matplotlib.image.imread(path).shape[:2] == (760, 1000)  # loss, a's BLEU, b's accuracy, rate: 2 x 2
     assert pixels_of_color(path, "#1f77b4") > 100 and pixels_of_color(path, "#ff7f0e") > 100  # matplotlib's C0, C1
     only_first = plot_curves({"a": read_history(first)}, tmp_path / "one.png")
+    assert matplotlib.image.imread(only_first).shape[:2] == (380, 1500)  # three 5 x 3.8 inch panels at 100 dpi
     assert pixels_of_color(only_first, "#ff7f0e") == 0
 
 
@@ -59,6 +60,18 @@ def test_perplexity_gets_its_own_log_scaled_panel_when_any_run_logged_it(tmp_pat
     path = plot_curves({"old": old, "new": new}, tmp_path / "both.png")
     assert matplotlib.image.imread(path).shape[:2] == (760, 1000)  # four panels: 2 x 2 of 5 x 3.8 inches at 100 dpi
     assert pixels_of_color(path, "#ff7f0e") > 100
+
+
+def test_runs_with_and_without_val_bleu_each_get_their_panel(tmp_path):
+    import matplotlib.image
+
+    bleu = read_history(_run(tmp_path, "bleu", _epochs(3, ppl=True)))
+    accuracy = read_history(_run(tmp_path, "accuracy", _epochs(3, bleu=False, ppl=True)))
+    assert [keys for _, keys, _ in _panels({"bleu": bleu})][2] == ("val_bleu",)
+    both = [keys for _, keys, _ in _panels({"bleu": bleu, "accuracy": accuracy})]
+    assert both[2:] == [("val_bleu",), ("val_accuracy",), ("learning_rate",)]  # no run left with an empty panel
+    path = plot_curves({"bleu": bleu, "accuracy": accuracy}, tmp_path / "five.png")
+    assert matplotlib.image.imread(path).shape[:2] == (760, 1500)  # five panels: two rows of three, one left blank
 
 
 def test_a_directory_without_history_is_a_clear_error(tmp_path):

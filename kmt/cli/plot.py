@@ -1,10 +1,10 @@
 """`kmt-plot RUN_DIR [RUN_DIR ...]`: learning curves of one or more kmt-train runs, as one PNG.
 
 Panels against the epoch: training loss (solid) and validation loss (dashed); their perplexity without label smoothing
-(`ppl`, log scale), so runs with different optim.label_smoothing compare; validation BLEU when the runs logged it
-(`trainer.val_bleu=true`), else validation token accuracy; the learning rate. Reads each run's `logs/history.csv`,
-so it works while a run is still training. kmt-train draws the same plot into `logs/curves.png` when a run ends, and
-a sweep into `summary.png`.
+(`ppl`, log scale), so runs with different optim.label_smoothing compare; validation BLEU when a run logged it
+(`trainer.val_bleu=true`), validation token accuracy when a run did not; the learning rate. Reads each run's
+`logs/history.csv`, so it works while a run is still training. kmt-train draws the same plot into `logs/curves.png`
+when a run ends, and a sweep into `summary.png`.
 
 Examples:
     kmt-plot runs/multi30k_en_de/<time>                               # -> runs/multi30k_en_de/<time>/logs/curves.png
