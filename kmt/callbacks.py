@@ -327,11 +327,15 @@ class HistoryCSV(keras.callbacks.Callback):
                 rows = list(csv.reader(f))
             kept = rows[:1] + [row for row in rows[1:] if row and int(row[0]) < epoch]
             if len(kept) < len(rows):
-                temporary = self.path.with_name(self.path.name + ".partial")
-                with open(temporary, "w", newline="", encoding="utf-8") as f:
-                    csv.writer(f).writerows(kept)
-                os.replace(temporary, self.path)
+                self._replace(kept)
         self._first_epoch = False
+
+    def _replace(self, rows):
+        """Rewrites the file as `rows`, atomically: a kill leaves the old file or the new one."""
+        temporary = self.path.with_name(self.path.name + ".partial")
+        with open(temporary, "w", newline="", encoding="utf-8") as f:
+            csv.writer(f).writerows(rows)
+        os.replace(temporary, self.path)
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
@@ -346,10 +350,7 @@ class HistoryCSV(keras.callbacks.Callback):
             if added:
                 # A resumed run that logs more than its first epochs did (`trainer.val_bleu=true` added, a metric new
                 # since the run started): the header gains the columns, the earlier rows stay, blank in them.
-                temporary = self.path.with_name(self.path.name + ".partial")
-                with open(temporary, "w", newline="", encoding="utf-8") as f:
-                    csv.writer(f).writerows([["epoch", *keys], *(row + [""] * len(added) for row in rows[1:])])
-                os.replace(temporary, self.path)
+                self._replace([["epoch", *keys], *(row + [""] * len(added) for row in rows[1:])])
         with open(self.path, "w" if new else "a", newline="", encoding="utf-8") as f:
             writer = csv.writer(f)
             if new:

@@ -26,18 +26,19 @@ def read_history(run_dir):
     return columns
 
 
-def _logged(histories, key):
-    return any(value is not None for history in histories.values() for value in history.get(key, []))
+def _logged(history, key):
+    return any(value is not None for value in history.get(key, []))
 
 
 def _panels(histories):
     """(title, columns, log scale) per panel; a second column is drawn dashed."""
     panels = [("loss: train (solid), val (dashed)", ("loss", "val_loss"), False)]
-    if _logged(histories, "val_ppl"):
+    if any(_logged(history, "val_ppl") for history in histories.values()):
         panels.append(("perplexity, no label smoothing: train, val", ("ppl", "val_ppl"), True))
-    if _logged(histories, "val_bleu"):
+    bleu = [_logged(history, "val_bleu") for history in histories.values()]
+    if any(bleu):
         panels.append(("val BLEU (greedy search)", ("val_bleu",), False))
-    if any(not _logged({label: history}, "val_bleu") for label, history in histories.items()):
+    if not all(bleu):
         panels.append(("val token accuracy", ("val_accuracy",), False))  # what every run logs
     return panels + [("learning rate", ("learning_rate",), False)]
 

@@ -83,7 +83,7 @@ class _MaskedTokenMean(keras.metrics.Metric):
         self.sum.assign_add(ops.sum(self.token_values(y_true, y_pred) * weights))
         self.total.assign_add(ops.sum(weights))
 
-    def mean(self):
+    def result(self):
         return self.sum / ops.maximum(self.total, 1.0)
 
     def get_config(self):
@@ -103,9 +103,6 @@ class MaskedAccuracy(_MaskedTokenMean):
 
     def token_values(self, y_true, y_pred):
         return ops.cast(ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), y_true), "float32")
-
-    def result(self):
-        return self.mean()
 
 
 @keras.saving.register_keras_serializable(package="kmt")
@@ -133,4 +130,4 @@ class MaskedPerplexity(_MaskedTokenMean):
         return _log_probs_and_nll(y_true, y_pred)[1]
 
     def result(self):
-        return ops.exp(self.mean())
+        return ops.exp(super().result())  # of the mean cross-entropy
