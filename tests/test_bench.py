@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
-SCRIPTS = ["attention_scaling", "batching", "decode_speed", "decode_sweep", "fit_teardown", "multi30k",
+SCRIPTS = ["attention_scaling", "batching", "decode_speed", "decode_sweep", "fit_teardown", "multi30k", "multi30k_jax",
            "train_throughput"]
 
 
@@ -144,3 +144,69 @@ def test_a_failed_training_ends_the_multi30k_bench_with_its_one_line_error(tmp_p
     result = run_bench("multi30k", "en_de", "debug=smoke", "trainer.epochs=0", timeout=300, cwd=tmp_path)
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert result.stderr.strip().splitlines()[-1] == "error: trainer.epochs must be positive. Received: 0"
+
+
+@pytest.mark.parametrize("bucket_width", [0, 1, 3])
+def test_the_jax_bench_makes_kmt_trains_batches_padded_to_a_few_shapes(monkeypatch, bucket_width):
+    # The same batches as kmt.data.pipeline (sizes, steps an epoch), each padded to one of a few fixed shapes.
+    import numpy as np
+    import tensorflow as tf
+
+    from kmt.data.pipeline import EncodedSplit, count_batches
+
+    monkeypatch.syspath_prepend(str(BENCH))
+    import multi30k_jax
+
+    rng = np.random.default_rng(0)
+    source = [rng.integers(4, 50, size=n) for n in rng.integers(1, 40, size=500)]
+    target = [rng.integers(4, 50, size=n) for n in rng.integers(1, 39, size=500)]
+    batches = multi30k_jax.Batches(source, target, max_length=40, max_tokens=256, batch_size=8,
+                                   bucket_width=bucket_width, shape_edges=(12, 24, 48))
+    split = EncodedSplit(tf.ragged.constant(source), tf.ragged.constant(target), [], [], {})
+    assert batches.steps_per_epoch == count_batches(split, 40, 256, 8, bucket_width, repeated=True)
+    assert len(list(batches.one_pass())) == count_batches(split, 40, 256, 8, bucket_width)
+    lengths = np.maximum([len(s) for s in source], [len(t) + 1 for t in target])
+    stream, shapes = batches.stream(seed=1), set()
+    for _ in range(3 * batches.steps_per_epoch):
+        features, target_out = next(stream)
+        shapes.add(target_out.shape)
+        assert features["source"].shape == features["target_in"].shape == target_out.shape
+        rows = np.flatnonzero(target_out[:, 0])  # every real pair has a first target position
+        assert (target_out[rows[-1] + 1 :] == 0).all() and (features["source"][rows[-1] + 1 :] == 0).all()
+        real = (features["source"][rows] > 0).sum(axis=1), (target_out[rows] > 0).sum(axis=1)
+        assert (features["target_in"][rows, 0] == 2).all() and (target_out[rows, real[1] - 1] == 3).all()
+        buckets = set(batches.bucket[np.flatnonzero(lengths == length)[0]] for length in np.maximum(*real))
+        (bucket,) = buckets  # one bucket a batch, and as many pairs as kmt-train puts in its batches
+        assert len(rows) == batches.sizes[bucket]
+    assert {shape[1] for shape in shapes} <= {12, 24, 48}
+
+
+@pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
+def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path):
+    # The smoke vocabulary (323 pieces) spells sentences in up to 125 pieces, hence edges up to 128.
+    prepared, trained = tmp_path / "prepared", tmp_path / "trained"
+    result = run_bench("multi30k_jax", "prepare", "en_de", "debug=smoke", "data.download=false",
+                       "trainer.precision=float32", "--out", str(prepared))
+    assert result.returncode == 0, result.stderr[-3000:]
+    training = subprocess.run(
+        [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(prepared), "--out", str(trained),
+         "--job", "kept:trainer.epochs=2,trainer.average_last=2", "--job", "other:model.dropout=0.0",
+         "--keep", "kept", "--shape-edges", "32,64,128"],
+        capture_output=True, text=True, timeout=600, env=bench_env() | {"KERAS_BACKEND": "jax"},
+    )
+    assert training.returncode == 0, training.stderr[-3000:]
+    results = json.loads((trained / "results.json").read_text())
+    assert results["backend"] == "jax"
+    kept, other = results["jobs"]["kept"], results["jobs"]["other"]
+    assert kept["epochs"] == 2 and kept["averaged_checkpoints"] == 2 and len(kept["history"]) == 2
+    assert kept["config"]["model"]["dropout"] == 0.2 and other["config"]["model"]["dropout"] == 0.0
+    assert "weights" in kept and "weights" not in other and not (trained / "other").exists()
+    result = run_bench("multi30k_jax", "finish", str(prepared), str(trained), "--job", "kept",
+                       "--run-dir", str(tmp_path / "run"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    row = json.loads(result.stdout.strip().splitlines()[-1])
+    assert row["parameters"] == kept["parameters"] and row["epochs"] == 2 and row["hardware"].endswith("(JAX)")
+    # The weights came across whole: TensorFlow here measures the val perplexity JAX measured there.
+    assert row["val_ppl"] == pytest.approx(kept["averaged_val"]["ppl"], rel=1e-3)
+    assert (tmp_path / "run" / "export" / "saved_model.pb").is_file()
+    assert 0 <= row["tokenized_bleu"] <= 100 and "| en->de |" in result.stdout

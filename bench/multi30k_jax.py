@@ -1,0 +1,466 @@
+"""Multi30k on an accelerator without TensorFlow: a recipe of bench/multi30k.py trained under Keras's JAX backend on
+token ids made here, then exported, decoded and scored here like any kmt run.
+
+The lent GPU machines have JAX but no TensorFlow, and kmt's tokenizers and tf.data pipeline are TensorFlow ops. So
+the work splits in three, the first and last where kmt is installed, the middle where keras, JAX and omegaconf are:
+
+    python bench/multi30k_jax.py prepare en_de --out .gpu/en_de          # config, vocabulary, token ids (+ overrides)
+    KERAS_BACKEND=jax python bench/multi30k_jax.py train .gpu/en_de --out OUT \\
+        --job long:trainer.epochs=100 --job d03:trainer.epochs=100,model.dropout=0.3 --keep long --keep d03
+    python bench/multi30k_jax.py finish .gpu/en_de OUT --job long       # run dir, SavedModel, val and test rows
+
+`prepare` composes `experiment=multi30k_<direction>` with any Hydra overrides, trains the vocabulary on the training
+split (as kmt-train does) and writes every split's ids. `train` runs each `--job` (a name, then overrides of that
+config as `key=value,key=value`) in turn with `model.fit`, for `trainer.epochs` or until `trainer.max_minutes` or
+`--deadline`, whichever ends first; it averages the last `trainer.average_last` epochs, measures the average on
+val, and writes the averaged weights of each `--keep` job (float32, in files of under 16 MiB) with a `results.json`
+of every job's history and throughput. `finish` makes a run directory of a kept job under
+runs/bench/multi30k_<direction>_jax/ (config.yaml, tokenizer/, checkpoints/average_lastN.weights.h5), exports it
+with kmt-export, scores val and test_2016_flickr through the SavedModel with kmt-evaluate and prints the results row.
+
+Batches are the ones kmt-train makes (`kmt.data.pipeline`): sentences grouped by length (the longer of source and
+target + 1) into the recipe's buckets, `data.max_tokens // bucket edge` sentences each, shuffled sentences, then a
+256-batch shuffle. On the accelerator each batch is then padded, in sentences and in length, to one of a few fixed
+shapes, so XLA compiles the step once per shape rather than once per length: padded rows and positions are pad
+tokens, which the masks and the loss ignore, so an update is the one the unpadded batch would make.
+"""
+
+import argparse
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SPLITS = ("train", "val", "test")
+# kmt.data.pipeline.BUCKET_EDGES (the buckets when data.bucket_width is 0), restated: that module needs TensorFlow.
+BUCKET_EDGES = (8, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 384, 512, 768, 1024)
+# Lengths the padded batches come in by default: one XLA compilation of the train step per edge used.
+SHAPE_EDGES = BUCKET_EDGES
+SHUFFLE_BATCHES = 256  # kmt.data.pipeline.make_dataset's batch shuffle buffer
+MAX_FILE_BYTES = 15 * 2**20  # each weights file stays under the 16 MiB a file that the device tool brings back
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    prepare = commands.add_parser("prepare", help="here: config, vocabulary and token ids for `train`")
+    prepare.add_argument("direction", choices=("en_de", "de_en"))
+    prepare.add_argument("overrides", nargs="*", help="Hydra overrides of the recipe, e.g. data.tokenizer.vocab_size=8000")
+    prepare.add_argument("--out", type=Path, required=True, help="directory to write (carried to the accelerator)")
+    train = commands.add_parser("train", help="on the accelerator (KERAS_BACKEND=jax): train the jobs")
+    train.add_argument("prepared", type=Path, help="a `prepare` directory")
+    train.add_argument("--out", type=Path, required=True, help="where results.json and kept weights go")
+    train.add_argument("--job", action="append", required=True, metavar="NAME[:KEY=VALUE,...]",
+                       help="a run of the prepared recipe with these overrides (repeatable; run in order)")
+    train.add_argument("--keep", action="append", default=[], metavar="NAME",
+                       help="write this job's averaged weights (repeatable)")
+    train.add_argument("--shape-edges", default=",".join(map(str, SHAPE_EDGES)), metavar="N,N,...",
+                       help="the lengths batches are padded to: fewer edges, fewer compilations, more padding "
+                            "(default: %(default)s)")
+    train.add_argument("--deadline", type=float, default=0, metavar="SECONDS",
+                       help="stop training (and start no job) this long after the start, keeping time to save")
+    finish = commands.add_parser("finish", help="here: run directory, SavedModel, val and test scores of a kept job")
+    finish.add_argument("prepared", type=Path, help="the `prepare` directory the job trained on")
+    finish.add_argument("trained", type=Path, help="the `train --out` directory")
+    finish.add_argument("--job", required=True, help="a kept job's name")
+    finish.add_argument("--run-dir", type=Path, help="default: runs/bench/multi30k_<direction>_jax/<job>_<time>")
+    return parser.parse_args(argv)
+
+
+# ---------------------------------------------------------------------------------------------------------- prepare
+
+def prepare(args):
+    """Composes the recipe, trains its vocabulary and writes `config.yaml`, `tokenizer/` and `ids.npz`."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from kmt import config as config_lib
+    from kmt.data import load_corpus
+    from kmt.data.pipeline import encode_split
+    from kmt.training import prepare_vocabularies
+
+    config_lib.register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"experiment=multi30k_{args.direction}", *args.overrides])
+    config_lib.validate(cfg)
+    args.out.mkdir(parents=True, exist_ok=True)
+    corpus = load_corpus(cfg.data)
+    vocabularies = prepare_vocabularies(cfg, corpus, args.out / "tokenizer")
+    arrays = {}
+    for name in SPLITS:
+        split = encode_split(name, corpus[name], vocabularies, cfg.model.max_length)
+        for side in ("source", "target"):
+            arrays[f"{name}_{side}"] = getattr(split, side).flat_values.numpy().astype(np.int32)
+            arrays[f"{name}_{side}_lengths"] = getattr(split, side).row_lengths().numpy().astype(np.int32)
+    np.savez_compressed(args.out / "ids.npz", **arrays)
+    meta = {"direction": args.direction, "overrides": args.overrides,
+            "source_vocab_size": vocabularies.source.vocab_size, "target_vocab_size": vocabularies.target.vocab_size}
+    (args.out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    (args.out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    print(f"{args.out}: {len(arrays['train_source_lengths'])} training pairs, vocabulary "
+          f"{vocabularies.target.vocab_size}; {', '.join(f'{p.name} {p.stat().st_size / 2**20:.1f} MiB' for p in sorted(args.out.iterdir()) if p.is_file())}")
+
+
+# ------------------------------------------------------------------------------------------------------------ train
+
+def ragged(arrays, name, side):
+    """`(N,)` list of int32 id arrays of one side of a split."""
+    lengths = arrays[f"{name}_{side}_lengths"]
+    return np.split(arrays[f"{name}_{side}"], np.cumsum(lengths)[:-1])
+
+
+class Batches:
+    """kmt-train's batches of one split as numpy arrays, each padded to a fixed shape.
+
+    `lengths` are the bucketing lengths (max of source and target + 1); the buckets and their sizes are
+    `kmt.data.pipeline`'s (`bucket_edges`, `_bucket_sizes`), restated here because that module needs TensorFlow.
+    """
+
+    def __init__(self, source, target, max_length, max_tokens, batch_size, bucket_width, shape_edges=SHAPE_EDGES):
+        self.source, self.target = source, target
+        lengths = np.maximum([len(s) for s in source], [len(t) + 1 for t in target])
+        if bucket_width:
+            edges = [*range(bucket_width + 1, max_length + 1, bucket_width), max_length + 1]
+        else:
+            edges = [*(edge for edge in BUCKET_EDGES if edge <= max_length), max_length + 1]
+        sizes = [max(1, max_tokens // edge) if max_tokens else batch_size for edge in edges]
+        self.sizes = [*sizes, sizes[-1]]
+        self.bucket = np.searchsorted(edges, lengths, side="right")
+        # The padded shape of each bucket: its longest length rounded up to one of `shape_edges`, and the most
+        # sentences any bucket padded to that length holds.
+        longest = [min(edge - 1, max_length) for edge in edges] + [max_length]
+        self.width = [next((e for e in shape_edges if e >= n), n) for n in longest]
+        counts = np.bincount(self.bucket, minlength=len(self.sizes))
+        rows = collections.defaultdict(int)
+        for width, size, count in zip(self.width, self.sizes, counts):
+            if count:  # an empty bucket makes no batch to pad for
+                rows[width] = max(rows[width], size)
+        self.rows = [rows[width] for width in self.width]
+        self.steps_per_epoch = max(1, round(float(np.sum(counts / np.asarray(self.sizes)))))
+
+    def pad(self, indices, bucket):
+        rows, width = self.rows[bucket], self.width[bucket]
+        source = np.zeros((rows, width), np.int32)
+        target_in = np.zeros((rows, width), np.int32)
+        target_out = np.zeros((rows, width), np.int32)
+        for row, i in enumerate(indices):
+            s, t = self.source[i], self.target[i]
+            source[row, : len(s)] = s
+            target_in[row, 0], target_in[row, 1 : len(t) + 1] = 2, t  # start token, then the target
+            target_out[row, : len(t)], target_out[row, len(t)] = t, 3  # the target, then the end token
+        return {"source": source, "target_in": target_in}, target_out
+
+    def one_pass(self):
+        """Every pair once, bucket by bucket, each bucket ending with a partial batch (for validation)."""
+        for bucket in np.unique(self.bucket):
+            members = np.flatnonzero(self.bucket == bucket)
+            for start in range(0, len(members), self.sizes[bucket]):
+                yield self.pad(members[start : start + self.sizes[bucket]], bucket)
+
+    def stream(self, seed):
+        """The repeated training stream: sentences reshuffled every pass, a batch out as soon as its bucket holds
+        its size (leftovers go on into the next pass), then a shuffle buffer of 256 batches."""
+        rng = np.random.default_rng(seed)
+        pending, buffer = collections.defaultdict(list), []
+        while True:
+            for i in rng.permutation(len(self.source)):
+                bucket = self.bucket[i]
+                pending[bucket].append(i)
+                if len(pending[bucket]) == self.sizes[bucket]:
+                    buffer.append((pending.pop(bucket), bucket))
+                    if len(buffer) == SHUFFLE_BATCHES:
+                        yield self.pad(*buffer.pop(rng.integers(len(buffer))))
+
+
+def train(args):
+    """Runs each `--job` in turn; writes `results.json` after each, and the averaged weights of `--keep` jobs."""
+    import keras
+    from omegaconf import OmegaConf
+
+    started = time.perf_counter()
+    args.out.mkdir(parents=True, exist_ok=True)
+    base = OmegaConf.load(args.prepared / "config.yaml")
+    meta = json.loads((args.prepared / "meta.json").read_text())
+    arrays = dict(np.load(args.prepared / "ids.npz"))
+    data = {name: (ragged(arrays, name, "source"), ragged(arrays, name, "target")) for name in ("train", "val")}
+    import jax
+
+    results = {"backend": keras.backend.backend(), "devices": [str(d) for d in jax.devices()],
+               "device_kind": jax.devices()[0].device_kind, "jobs": {}}
+    print(f"keras {keras.__version__}, jax {jax.__version__}, {results['devices']}", flush=True)
+    for spec in args.job:
+        name, _, overrides = spec.partition(":")
+        remaining = args.deadline - (time.perf_counter() - started) if args.deadline else None
+        if remaining is not None and remaining < 60:
+            print(f"{name}: not started, {remaining:.0f} s left before --deadline", flush=True)
+            continue
+        cfg = OmegaConf.merge(base, OmegaConf.from_dotlist([item for item in overrides.split(",") if item]))
+        shape_edges = [int(edge) for edge in args.shape_edges.split(",")]
+        results["jobs"][name] = run_job(name, cfg, meta, data, args.out if name in args.keep else None, remaining,
+                                        shape_edges)
+        (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(f"done in {time.perf_counter() - started:.0f} s", flush=True)
+
+
+def run_job(name, cfg, meta, data, weights_dir, seconds_left, shape_edges=SHAPE_EDGES):
+    """Trains one job; returns its record for results.json (and writes its averaged weights to `weights_dir`)."""
+    import keras
+    from omegaconf import OmegaConf
+
+    from kmt.build import build_model, build_schedule, compile_model
+
+    keras.utils.set_random_seed(cfg.seed)
+    keras.config.set_dtype_policy(cfg.trainer.precision)
+    cfg.trainer.jit_compile = True  # under JAX, False would run every op eagerly
+    batching = dict(max_length=cfg.model.max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size,
+                    bucket_width=cfg.data.bucket_width, shape_edges=shape_edges)
+    train_batches, val_batches = Batches(*data["train"], **batching), Batches(*data["val"], **batching)
+    val = list(val_batches.one_pass())
+    steps = train_batches.steps_per_epoch
+    schedule = build_schedule(cfg.optim, cfg.model.hidden_dim, cfg.trainer.epochs * steps)
+    model = compile_model(build_model(cfg.model, meta["source_vocab_size"], meta["target_vocab_size"]), cfg, schedule)
+    tokens_per_epoch = sum(len(t) + 1 for t in data["train"][1])
+    limits = [limit for limit in (cfg.trainer.max_minutes * 60, seconds_left) if limit]
+    budget = min(limits) if limits else None
+    print(f"{name}: {model.count_params():,} parameters, {steps} steps an epoch, {tokens_per_epoch:,} target "
+          f"tokens an epoch, shapes {sorted({(r, w) for r, w in zip(train_batches.rows, train_batches.width) if r})}, "
+          f"budget {budget and round(budget)} s, overrides {OmegaConf.to_container(cfg.model)}", flush=True)
+    recorder = epoch_recorder(name, cfg.trainer.average_last, budget)
+    model.fit(train_batches.stream(cfg.seed), epochs=cfg.trainer.epochs, steps_per_epoch=steps,
+              validation_data=fixed_batches(val), callbacks=[recorder], verbose=0, shuffle=False)
+    model.set_weights(recorder.average())
+    averaged = model.evaluate(fixed_batches(val), verbose=0, return_dict=True)
+    seconds = recorder.seconds[1:] or recorder.seconds
+    job = {
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "parameters": model.count_params(),
+        "epochs": len(recorder.seconds),
+        "steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
+        "run_seconds": sum(recorder.seconds),
+        "first_epoch_seconds": recorder.seconds[0],
+        "tokens_per_second": tokens_per_epoch * len(seconds) / sum(seconds),
+        "averaged_checkpoints": len(recorder.kept),
+        "averaged_val": {key: float(value) for key, value in averaged.items()},
+        "history": recorder.history,
+    }
+    print(f"{name}: {job['epochs']} epochs, {job['steps']} updates in {job['run_seconds']:.0f} s "
+          f"({job['tokens_per_second']:,.0f} target tokens/s); average of {job['averaged_checkpoints']} on val: "
+          + ", ".join(f"{k} {v:.4f}" for k, v in job["averaged_val"].items()), flush=True)
+    if weights_dir is not None:
+        job["weights"] = save_weights(model.get_weights(), weights_dir / name)
+    return job
+
+
+def epoch_recorder(name, keep, budget):
+    """A Keras callback that times and prints epochs, keeps the last `keep` epochs' weights (`average()` is their
+    mean) and stops training before an epoch that would end past `budget` seconds."""
+    import keras
+
+    class EpochRecorder(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.kept = collections.deque(maxlen=max(1, keep))
+            self.seconds, self.history = [], []
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch_started = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.seconds.append(time.perf_counter() - self.epoch_started)
+            self.kept.append([np.array(w) for w in self.model.get_weights()])
+            row = {"epoch": epoch + 1, "seconds": self.seconds[-1]} | {k: float(v) for k, v in logs.items()}
+            self.history.append(row)
+            print(f"{name} epoch {epoch + 1}: " + ", ".join(f"{k} {v:.4g}" for k, v in row.items() if k != "epoch"),
+                  flush=True)
+            # The first epoch pays for compilation, so the next epoch is estimated from the later ones.
+            estimate = float(np.median(self.seconds[1:])) if len(self.seconds) > 1 else 0.0
+            if budget and sum(self.seconds) + estimate > budget:
+                self.model.stop_training = True  # the next epoch would end past the budget
+
+        def average(self):
+            return [np.mean([weights[i].astype(np.float64) for weights in self.kept], axis=0).astype(self.kept[0][i].dtype)
+                    for i in range(len(self.kept[0]))]
+
+    return EpochRecorder()
+
+
+def fixed_batches(batches):
+    """A `keras.utils.PyDataset` over a list of `(inputs, targets)` batches (validation data)."""
+    import keras
+
+    class Fixed(keras.utils.PyDataset):
+        def __len__(self):
+            return len(batches)
+
+        def __getitem__(self, index):
+            return batches[index]
+
+    return Fixed()
+
+
+def save_weights(weights, directory):
+    """`weights` (a model's `get_weights()` list) as `weights_K.npz` files of under MAX_FILE_BYTES each."""
+    directory.mkdir(parents=True, exist_ok=True)
+    files, chunk, size = [], [], 0
+    for index, array in enumerate(weights):
+        if chunk and size + array.nbytes > MAX_FILE_BYTES:
+            files.append(chunk)
+            chunk, size = [], 0
+        chunk.append(index)
+        size += array.nbytes
+    files.append(chunk)
+    names = []
+    for k, indices in enumerate(files):
+        np.savez(directory / f"weights_{k}.npz", **{str(i): weights[i] for i in indices})
+        names.append(f"weights_{k}.npz")
+    return {"files": names, "arrays": len(weights)}
+
+
+def load_weights(directory, count):
+    arrays = {}
+    for path in sorted(Path(directory).glob("weights_*.npz")):
+        with np.load(path) as stored:
+            arrays.update({int(key): stored[key] for key in stored.files})
+    if sorted(arrays) != list(range(count)):
+        sys.exit(f"error: {directory} holds {len(arrays)} of the {count} weight arrays")
+    return [arrays[i] for i in range(count)]
+
+
+# ----------------------------------------------------------------------------------------------------------- finish
+
+def finish(args):
+    """A run directory of a kept job, its SavedModel, and its val and test scores through that SavedModel."""
+    import datetime
+
+    from omegaconf import OmegaConf
+
+    from kmt.build import build_model
+
+    meta = json.loads((args.prepared / "meta.json").read_text())
+    results = json.loads((args.trained / "results.json").read_text())
+    job = results["jobs"].get(args.job)
+    if job is None or "weights" not in job:
+        sys.exit(f"error: {args.trained / 'results.json'} has no kept job {args.job!r}")
+    direction = meta["direction"]
+    source, target = direction.split("_")
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    run_dir = args.run_dir or ROOT / "runs" / "bench" / f"multi30k_{direction}_jax" / f"{args.job}_{stamp}"
+    cfg = OmegaConf.create(job["config"])
+    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    shutil.copytree(args.prepared / "tokenizer", run_dir / "tokenizer", dirs_exist_ok=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    model = build_model(cfg.model, meta["source_vocab_size"], meta["target_vocab_size"], "float32")
+    model.set_weights(load_weights(args.trained / args.job, job["weights"]["arrays"]))
+    checkpoint = run_dir / "checkpoints" / f"average_last{job['averaged_checkpoints']}.weights.h5"
+    model.save_weights(checkpoint)
+    val_here = val_scores_here(cfg, run_dir / "tokenizer", model)
+    # Perplexity and accuracy are token means, so they compare; the loss Keras logs weights each batch by its
+    # rows, which padding changes on the accelerator.
+    print(f"val perplexity of the averaged weights: {val_here['ppl']:.3f} here (TensorFlow, float32), "
+          f"{job['averaged_val']['ppl']:.3f} on the accelerator ({cfg.trainer.precision})")
+    hardware = f"1 x {results['device_kind']} (JAX)"
+    write_history(run_dir, cfg, job, args.prepared)
+    (run_dir / "train_results.json").write_text(json.dumps(job | {"hardware": hardware}, indent=2) + "\n")
+    subprocess.run([sys.executable, "-m", "kmt.cli.export", str(run_dir), "--checkpoint", str(checkpoint)],
+                   check=True, capture_output=True)
+    data = Path(os.environ.get("KMT_DATA_DIR", "data")) / "multi30k"
+    scores = {}
+    for split in ("val", "test_2016_flickr"):
+        evaluation = subprocess.run(
+            [sys.executable, "-m", "kmt.cli.evaluate", str(run_dir / "export"),
+             "--source", str(data / f"{split}.{source}"), "--reference", str(data / f"{split}.{target}"),
+             "--tokenized-reference", str(data / "tok" / f"{split}.lc.norm.tok.{target}"), "--lang", target,
+             "--hypotheses", str(run_dir / f"{split}.hyp.{target}"), "--json"],
+            capture_output=True, text=True,
+        )
+        if evaluation.returncode:
+            sys.exit(f"error: kmt-evaluate on {split} failed: {evaluation.stderr.strip().splitlines()[-1:]}")
+        scores[split] = json.loads(evaluation.stdout.strip().splitlines()[-1])
+    test, val = scores["test_2016_flickr"], scores["val"]
+    row = {
+        "direction": direction.replace("_", "->"),
+        "tokenized_bleu": round(test["tokenized_bleu"], 2),
+        "sacrebleu": round(test["bleu"], 2),
+        "chrf": round(test["chrf"], 2),
+        "val_sacrebleu": round(val["bleu"], 2),
+        "val_tokenized_bleu": round(val["tokenized_bleu"], 2),
+        "val_loss": round(val_here["loss"], 4),
+        "val_ppl": round(val_here["ppl"], 3),
+        "parameters": job["parameters"],
+        "epochs": job["epochs"],
+        "train_minutes": round(job["run_seconds"] / 60, 1),
+        "tokens_per_second": round(job["tokens_per_second"]),
+        "hardware": hardware,
+        "run_dir": str(run_dir),
+        "job": args.job,
+        "bleu_signature": test["bleu_signature"],
+    }
+    (run_dir / "bench.json").write_text(json.dumps(row, indent=2) + "\n")
+    print("| direction | tok. BLEU | sacreBLEU | chrF | params | train min | tokens/s | hardware |")
+    print("|---|---|---|---|---|---|---|---|")
+    print(f"| {row['direction']} | {row['tokenized_bleu']} | {row['sacrebleu']} | {row['chrf']} | "
+          f"{row['parameters'] / 1e6:.1f}M | {row['train_minutes']} | {row['tokens_per_second']} | {hardware} |")
+    print(f"val: sacreBLEU {row['val_sacrebleu']}, tokenized BLEU {row['val_tokenized_bleu']}")
+    print(json.dumps(row))
+
+
+def write_history(run_dir, cfg, job, prepared):
+    """The job's epochs as kmt-train's `logs/history.csv` (epochs from 0, the rate at each epoch's end) and its
+    `logs/curves.png`, so `kmt-plot` draws the run beside CPU runs. Its `loss` columns are Keras's means of batch
+    losses weighted by rows, padded rows included; `ppl` and `accuracy` are token means, as in kmt-train."""
+    import csv
+
+    from kmt.build import build_schedule
+    from kmt.curves import plot_curves, read_history
+
+    updates_per_epoch = job["steps"] // job["epochs"]
+    schedule = build_schedule(cfg.optim, cfg.model.hidden_dim, cfg.trainer.epochs * updates_per_epoch)
+    with np.load(prepared / "ids.npz") as arrays:
+        tokens_per_epoch = int(np.sum(arrays["train_target_lengths"] + 1))  # each target and its end token
+    columns = ["epoch", "accuracy", "epoch_seconds", "learning_rate", "loss", "ppl", "tokens_per_second",
+               "val_accuracy", "val_loss", "val_ppl"]
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    with open(run_dir / "logs" / "history.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, columns)
+        writer.writeheader()
+        for row in job["history"]:
+            writer.writerow({
+                "epoch": row["epoch"] - 1, "epoch_seconds": row["seconds"],
+                "learning_rate": float(schedule(row["epoch"] * updates_per_epoch)),
+                "tokens_per_second": tokens_per_epoch / row["seconds"],
+            } | {key: row[key] for key in columns[1:] if key in row})
+    plot_curves({run_dir.name: read_history(run_dir)}, run_dir / "logs" / "curves.png",
+                title=f"{cfg.name} ({job['config']['trainer']['precision']}, JAX): {run_dir.name}")
+
+
+def val_scores_here(cfg, tokenizer_dir, model):
+    """Loss (label-smoothed, as trained), token accuracy and perplexity of `model` on val through kmt's own
+    TensorFlow pipeline: the check that the weights came across whole."""
+    from kmt.data import load_corpus
+    from kmt.data.pipeline import encode_split, make_dataset
+    from kmt.losses import MaskedAccuracy, MaskedCrossEntropy, MaskedPerplexity
+    from kmt.tokenizer import Vocabularies
+
+    vocabularies = Vocabularies.load(tokenizer_dir)
+    val = encode_split("val", load_corpus(cfg.data)["val"], vocabularies, cfg.model.max_length)
+    model.compile(loss=MaskedCrossEntropy(label_smoothing=cfg.optim.label_smoothing),
+                  metrics=[MaskedAccuracy(), MaskedPerplexity()])
+    batches = make_dataset(val, cfg.model.max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size,
+                           bucket_width=cfg.data.bucket_width)
+    return model.evaluate(batches, verbose=0, return_dict=True)
+
+
+def main():
+    args = parse_args()
+    {"prepare": prepare, "train": train, "finish": finish}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()
