@@ -413,8 +413,9 @@ def finish(args):
 
 def write_history(run_dir, cfg, job, prepared):
     """The job's epochs as kmt-train's `logs/history.csv` (epochs from 0, the rate at each epoch's end) and its
-    `logs/curves.png`, so `kmt-plot` draws the run beside CPU runs. Its `loss` columns are Keras's means of batch
-    losses weighted by rows, padded rows included; `ppl` and `accuracy` are token means, as in kmt-train."""
+    `logs/curves.png`, so `kmt-plot` draws the run beside CPU runs. The loss columns stay blank: Keras averages batch
+    losses weighted by rows, and padded rows would weight short sentences' batches more than kmt-train's do, so only
+    `ppl` and `accuracy` (token means) compare with a CPU run's."""
     import csv
 
     from kmt.build import build_schedule
@@ -435,7 +436,7 @@ def write_history(run_dir, cfg, job, prepared):
                 "epoch": row["epoch"] - 1, "epoch_seconds": row["seconds"],
                 "learning_rate": float(schedule(row["epoch"] * updates_per_epoch)),
                 "tokens_per_second": tokens_per_epoch / row["seconds"],
-            } | {key: row[key] for key in columns[1:] if key in row})
+            } | {key: row[key] for key in columns[1:] if key in row and not key.endswith("loss")})
     plot_curves({run_dir.name: read_history(run_dir)}, run_dir / "logs" / "curves.png",
                 title=f"{cfg.name} ({job['config']['trainer']['precision']}, JAX): {run_dir.name}")
 

@@ -46,10 +46,23 @@ def _panels(histories):
 def plot_curves(histories, path, title=""):
     """Writes the curves of `histories` (`{label: read_history(run)}`) to the PNG `path`; returns `path`. The
     legend names the runs when there are several."""
+    import matplotlib.pyplot as plt
+
+    figure = draw_curves(histories, title)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def draw_curves(histories, title=""):
+    """The matplotlib figure `plot_curves` saves."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
     from matplotlib.ticker import MaxNLocator
 
     panels = _panels(histories)
@@ -74,13 +87,10 @@ def plot_curves(histories, path, title=""):
         ax.set_xlim(0.5, last + 0.5)
         ax.grid(alpha=0.3)
     axes[len(panels) - 1].ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))  # the learning rate
-    if len(histories) > 1:
-        axes[0].legend(fontsize="small")
+    if len(histories) > 1:  # every run, also one with nothing to draw in the first panel
+        handles = [Line2D([], [], color=f"C{i % 10}", label=label) for i, label in enumerate(histories)]
+        axes[0].legend(handles=handles, fontsize="small")
     if title:
         figure.suptitle(title)
     figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+    return figure

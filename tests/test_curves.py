@@ -4,7 +4,7 @@ import csv
 
 import pytest
 
-from kmt.curves import _panels, plot_curves, read_history
+from kmt.curves import _panels, draw_curves, plot_curves, read_history
 from kmt.errors import KmtError
 from tests.helpers import pixels_of_color, run_cli
 
@@ -44,6 +44,20 @@ def test_each_run_is_drawn_in_its_own_colour(tmp_path):
     only_first = plot_curves({"a": read_history(first)}, tmp_path / "one.png")
     assert matplotlib.image.imread(only_first).shape[:2] == (380, 1500)  # three 5 x 3.8 inch panels at 100 dpi
     assert pixels_of_color(only_first, "#ff7f0e") == 0
+
+
+def test_the_legend_names_every_run_also_one_without_losses(tmp_path):
+    # A run trained elsewhere (bench/multi30k_jax.py) logs perplexity and accuracy but leaves its loss columns blank.
+    import matplotlib.pyplot as plt
+
+    without_losses = [row | {"loss": "", "val_loss": ""} for row in _epochs(3, bleu=False, ppl=True)]
+    histories = {"cpu": read_history(_run(tmp_path, "cpu", _epochs(4, bleu=False, ppl=True))),
+                 "gpu": read_history(_run(tmp_path, "gpu", without_losses))}
+    figure = draw_curves(histories)
+    loss_panel = figure.axes[0]
+    assert len(loss_panel.get_lines()) == 2  # the cpu run's train and val loss, nothing of the gpu run
+    assert [text.get_text() for text in loss_panel.get_legend().get_texts()] == ["cpu", "gpu"]
+    plt.close(figure)
 
 
 def test_perplexity_gets_its_own_log_scaled_panel_when_any_run_logged_it(tmp_path):
