@@ -79,23 +79,30 @@ def parse_args(argv=None):
 def prepare(args):
     """Composes the recipe, trains its vocabulary and writes `config.yaml`, `tokenizer/` and `ids.npz`."""
     from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
     from kmt import config as config_lib
+    from kmt.cli.errors import exit_on_user_error, fail, one_line
     from kmt.data import load_corpus
     from kmt.data.pipeline import encode_split
     from kmt.training import prepare_vocabularies
 
     config_lib.register_configs()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[f"experiment=multi30k_{args.direction}", *args.overrides])
-    config_lib.validate(cfg)
-    args.out.mkdir(parents=True, exist_ok=True)
-    corpus = load_corpus(cfg.data)
-    vocabularies = prepare_vocabularies(cfg, corpus, args.out / "tokenizer")
+    try:
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            cfg = compose("config", overrides=[f"experiment=multi30k_{args.direction}", *args.overrides])
+    except (HydraException, OmegaConfBaseException) as error:
+        fail(one_line(error))
+    with exit_on_user_error():  # a bad setting, a missing corpus: one line
+        config_lib.validate(cfg)
+        corpus = load_corpus(cfg.data)
+        args.out.mkdir(parents=True, exist_ok=True)
+        vocabularies = prepare_vocabularies(cfg, corpus, args.out / "tokenizer")
+        splits = {name: encode_split(name, corpus[name], vocabularies, cfg.model.max_length) for name in SPLITS}
     arrays = {}
-    for name in SPLITS:
-        split = encode_split(name, corpus[name], vocabularies, cfg.model.max_length)
+    for name, split in splits.items():
         for side in ("source", "target"):
             arrays[f"{name}_{side}"] = getattr(split, side).flat_values.numpy().astype(np.int32)
             arrays[f"{name}_{side}_lengths"] = getattr(split, side).row_lengths().numpy().astype(np.int32)
@@ -104,11 +111,22 @@ def prepare(args):
             "source_vocab_size": vocabularies.source.vocab_size, "target_vocab_size": vocabularies.target.vocab_size}
     (args.out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     (args.out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    sizes = ", ".join(f"{path.name} {path.stat().st_size / 2**20:.1f} MiB"
+                      for path in sorted(args.out.iterdir()) if path.is_file())
     print(f"{args.out}: {len(arrays['train_source_lengths'])} training pairs, vocabulary "
-          f"{vocabularies.target.vocab_size}; {', '.join(f'{p.name} {p.stat().st_size / 2**20:.1f} MiB' for p in sorted(args.out.iterdir()) if p.is_file())}")
+          f"{vocabularies.target.vocab_size}; {sizes}")
 
 
 # ------------------------------------------------------------------------------------------------------------ train
+
+def read_prepared(directory):
+    """The `meta.json` of a `prepare` directory; exits with one line when `directory` is not one."""
+    missing = [name for name in ("meta.json", "config.yaml", "ids.npz", "tokenizer") if not (directory / name).exists()]
+    if missing:
+        sys.exit(f"error: {directory} is not a `prepare` directory (no {', '.join(missing)}); make one with "
+                 "python bench/multi30k_jax.py prepare DIRECTION --out DIR")
+    return json.loads((directory / "meta.json").read_text())
+
 
 def ragged(arrays, name, side):
     """`(N,)` list of int32 id arrays of one side of a split."""
@@ -184,10 +202,28 @@ def train(args):
     import keras
     from omegaconf import OmegaConf
 
+    from omegaconf.errors import OmegaConfBaseException
+
     started = time.perf_counter()
-    args.out.mkdir(parents=True, exist_ok=True)
+    if keras.backend.backend() != "jax":
+        sys.exit(f"error: train runs under Keras's JAX backend; set KERAS_BACKEND=jax (it is {keras.backend.backend()})")
+    meta = read_prepared(args.prepared)
+    try:
+        shape_edges = sorted(int(edge) for edge in args.shape_edges.split(","))
+    except ValueError:
+        sys.exit(f"error: --shape-edges takes lengths like 12,16,24,32,64. Received: {args.shape_edges}")
+    jobs = {}
     base = OmegaConf.load(args.prepared / "config.yaml")
-    meta = json.loads((args.prepared / "meta.json").read_text())
+    OmegaConf.set_struct(base, True)  # a misspelt key is an error, not a new setting
+    for spec in args.job:
+        name, _, overrides = spec.partition(":")
+        try:
+            jobs[name] = OmegaConf.merge(base, OmegaConf.from_dotlist([item for item in overrides.split(",") if item]))
+        except OmegaConfBaseException as error:
+            sys.exit(f"error: --job {spec}: {str(error).splitlines()[0]}")
+    if unknown := sorted(set(args.keep) - set(jobs)):
+        sys.exit(f"error: --keep {' '.join(unknown)}: no --job of that name")
+    args.out.mkdir(parents=True, exist_ok=True)
     arrays = dict(np.load(args.prepared / "ids.npz"))
     data = {name: (ragged(arrays, name, "source"), ragged(arrays, name, "target")) for name in ("train", "val")}
     import jax
@@ -195,14 +231,11 @@ def train(args):
     results = {"backend": keras.backend.backend(), "devices": [str(d) for d in jax.devices()],
                "device_kind": jax.devices()[0].device_kind, "jobs": {}}
     print(f"keras {keras.__version__}, jax {jax.__version__}, {results['devices']}", flush=True)
-    for spec in args.job:
-        name, _, overrides = spec.partition(":")
+    for name, cfg in jobs.items():
         remaining = args.deadline - (time.perf_counter() - started) if args.deadline else None
         if remaining is not None and remaining < 60:
             print(f"{name}: not started, {remaining:.0f} s left before --deadline", flush=True)
             continue
-        cfg = OmegaConf.merge(base, OmegaConf.from_dotlist([item for item in overrides.split(",") if item]))
-        shape_edges = [int(edge) for edge in args.shape_edges.split(",")]
         results["jobs"][name] = run_job(name, cfg, meta, data, args.out if name in args.keep else None, remaining,
                                         shape_edges)
         (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -343,7 +376,9 @@ def finish(args):
 
     from kmt.build import build_model
 
-    meta = json.loads((args.prepared / "meta.json").read_text())
+    meta = read_prepared(args.prepared)
+    if not (args.trained / "results.json").is_file():
+        sys.exit(f"error: {args.trained} holds no results.json; pass the directory `train --out` wrote")
     results = json.loads((args.trained / "results.json").read_text())
     job = results["jobs"].get(args.job)
     if job is None or "weights" not in job:

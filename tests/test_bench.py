@@ -188,6 +188,12 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path):
     result = run_bench("multi30k_jax", "prepare", "en_de", "debug=smoke", "data.download=false",
                        "trainer.precision=float32", "--out", str(prepared))
     assert result.returncode == 0, result.stderr[-3000:]
+    misspelt = subprocess.run(
+        [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(prepared), "--out", str(trained),
+         "--job", "a:model.dropuot=0.1"], capture_output=True, text=True, env=bench_env() | {"KERAS_BACKEND": "jax"})
+    assert misspelt.returncode == 1 and "Traceback" not in misspelt.stderr
+    assert misspelt.stderr.strip().splitlines()[-1].startswith("error: --job a:model.dropuot=0.1: Key 'dropuot'")
+    assert not trained.exists()  # nothing trained, nothing written
     training = subprocess.run(
         [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(prepared), "--out", str(trained),
          "--job", "kept:trainer.epochs=2,trainer.average_last=2", "--job", "other:model.dropout=0.0",
@@ -210,3 +216,21 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path):
     assert row["val_ppl"] == pytest.approx(kept["averaged_val"]["ppl"], rel=1e-3)
     assert (tmp_path / "run" / "export" / "saved_model.pb").is_file()
     assert 0 <= row["tokenized_bleu"] <= 100 and "| en->de |" in result.stdout
+
+
+def test_the_jax_bench_turns_bad_input_into_one_line(tmp_path):
+    # A rejected setting stops `prepare` before any corpus is read, so this needs no $KMT_DATA_DIR.
+    result = run_bench("multi30k_jax", "prepare", "en_de", "trainer.epochs=0", "--out", str(tmp_path / "p"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "error: trainer.epochs must be positive. Received: 0"
+    assert not (tmp_path / "p").exists()
+    result = run_bench("multi30k_jax", "train", str(tmp_path), "--out", str(tmp_path / "o"), "--job", "a")
+    assert result.returncode == 1 and "Traceback" not in result.stderr  # TensorFlow is the default backend
+    assert result.stderr.strip().splitlines()[-1].startswith("error: train runs under Keras's JAX backend")
+    result = subprocess.run([sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(tmp_path), "--out",
+                             str(tmp_path / "o"), "--job", "a"], capture_output=True, text=True,
+                            env=bench_env() | {"KERAS_BACKEND": "jax"})
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: {tmp_path} is not a `prepare` directory")
+    result = run_bench("multi30k_jax", "finish", str(tmp_path), str(tmp_path), "--job", "a")
+    assert result.returncode == 1 and "is not a `prepare` directory" in result.stderr.strip().splitlines()[-1]
