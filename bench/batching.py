@@ -68,7 +68,8 @@ def fill(dataset):
 
 def main(argv=None):
     args = parse_args(argv)
-    from kmt.data.pipeline import bucket_edges, count_batches, make_dataset
+    from kmt.data.buckets import bucket_edges
+    from kmt.data.pipeline import count_batches, make_dataset
 
     cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)
     max_length = cfg.model.max_length

@@ -39,10 +39,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 SPLITS = ("train", "val", "test")
-# kmt.data.pipeline.BUCKET_EDGES (the buckets when data.bucket_width is 0), restated: that module needs TensorFlow.
-BUCKET_EDGES = (8, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 384, 512, 768, 1024)
 # Lengths the padded batches come in by default: one XLA compilation of the train step (and one of the eval step) per
-# edge used. On Multi30k these make 5 shapes, and the first epoch on an H200 took 91 s; BUCKET_EDGES made 12, 192 s.
+# edge used. On Multi30k these make 5 shapes, and the first epoch on an H200 took 91 s; kmt's own bucket edges
+# (kmt.data.buckets.BUCKET_EDGES) made 12, 192 s.
 SHAPE_EDGES = (12, 16, 24, 32, 64, 128, 256, 512, 1024)
 SHUFFLE_BATCHES = 256  # kmt.data.pipeline.make_dataset's batch shuffle buffer
 MAX_FILE_BYTES = 15 * 2**20  # each weights file stays under the 16 MiB a file that the device tool brings back
@@ -139,20 +138,16 @@ def ragged(arrays, name, side):
 class Batches:
     """kmt-train's batches of one split as numpy arrays, each padded to a fixed shape.
 
-    `lengths` are the bucketing lengths (max of source and target + 1); the buckets and their sizes are
-    `kmt.data.pipeline`'s (`bucket_edges`, `_bucket_sizes`), restated here because that module needs TensorFlow.
+    The buckets, their sizes and the steps in an epoch come from `kmt.data.buckets`, as kmt-train's tf.data
+    batches do (`kmt.data.pipeline` itself needs TensorFlow).
     """
 
     def __init__(self, source, target, max_length, max_tokens, batch_size, bucket_width, shape_edges=SHAPE_EDGES):
+        from kmt.data.buckets import batches_per_pass, bucket_lengths, bucket_of, bucket_sizes
+
         self.source, self.target = source, target
-        lengths = np.maximum([len(s) for s in source], [len(t) + 1 for t in target])
-        if bucket_width:
-            edges = [*range(bucket_width + 1, max_length + 1, bucket_width), max_length + 1]
-        else:
-            edges = [*(edge for edge in BUCKET_EDGES if edge <= max_length), max_length + 1]
-        sizes = [max(1, max_tokens // edge) if max_tokens else batch_size for edge in edges]
-        self.sizes = [*sizes, sizes[-1]]
-        self.bucket = np.searchsorted(edges, lengths, side="right")
+        edges, self.sizes = bucket_sizes(max_length, max_tokens, batch_size, bucket_width)
+        self.bucket = bucket_of(bucket_lengths([len(s) for s in source], [len(t) for t in target]), edges)
         # The padded shape of each bucket: its longest length rounded up to one of `shape_edges`, and the most
         # sentences any bucket padded to that length holds.
         longest = [min(edge - 1, max_length) for edge in edges] + [max_length]
@@ -163,7 +158,7 @@ class Batches:
             if count:  # an empty bucket makes no batch to pad for
                 rows[width] = max(rows[width], size)
         self.rows = [rows[width] for width in self.width]
-        self.steps_per_epoch = max(1, round(float(np.sum(counts / np.asarray(self.sizes)))))
+        self.steps_per_epoch = batches_per_pass(self.bucket, self.sizes, repeated=True)
 
     def pad(self, indices, bucket):
         rows, width = self.rows[bucket], self.width[bucket]

@@ -194,11 +194,17 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path):
     assert misspelt.returncode == 1 and "Traceback" not in misspelt.stderr
     assert misspelt.stderr.strip().splitlines()[-1].startswith("error: --job a:model.dropuot=0.1: Key 'dropuot'")
     assert not trained.exists()  # nothing trained, nothing written
+    # The GPU machines have JAX but no TensorFlow: here `import tensorflow` fails in `train` as it would there.
+    no_tensorflow = tmp_path / "no_tensorflow" / "tensorflow"
+    no_tensorflow.mkdir(parents=True)
+    (no_tensorflow / "__init__.py").write_text('raise ImportError("No module named \'tensorflow\'")\n')
+    python_path = os.pathsep.join(filter(None, [str(no_tensorflow.parent), os.environ.get("PYTHONPATH")]))
     training = subprocess.run(
         [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(prepared), "--out", str(trained),
          "--job", "kept:trainer.epochs=2,trainer.average_last=2", "--job", "other:model.dropout=0.0",
          "--keep", "kept", "--shape-edges", "32,64,128"],
-        capture_output=True, text=True, timeout=600, env=bench_env() | {"KERAS_BACKEND": "jax"},
+        capture_output=True, text=True, timeout=600,
+        env=bench_env() | {"KERAS_BACKEND": "jax", "PYTHONPATH": python_path},
     )
     assert training.returncode == 0, training.stderr[-3000:]
     results = json.loads((trained / "results.json").read_text())

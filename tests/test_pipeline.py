@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kmt.data.pipeline import bucket_edges, count_batches, encode_split, make_dataset, resample, subword_sampler
+from kmt.data.buckets import bucket_edges
+from kmt.data.pipeline import count_batches, encode_split, make_dataset, resample, subword_sampler
 from kmt.data.sources import ParallelText
 from kmt.tokenizer import END_ID, START_ID, Vocabularies
 

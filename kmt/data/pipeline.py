@@ -13,14 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
+from kmt.data.buckets import batches_per_pass, bucket_lengths, bucket_of, bucket_sizes
 from kmt.tokenizer import END_ID, START_ID
 
 logger = logging.getLogger(__name__)
-
-# Upper edges of the length buckets when `bucket_width` is 0. Lengths cluster at the short end in translation
-# corpora, hence finer steps there.
-BUCKET_EDGES = (8, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 384, 512, 768, 1024)
-
 
 # Strings a subword-sampling stream (`make_dataset(resegment=...)`) tokenizes at a time.
 RESEGMENT_CHUNK = 1024
@@ -118,26 +114,6 @@ def _to_example(source, target):
     return features, tf.concat([target, end], axis=0)  # (T,)
 
 
-def bucket_edges(max_length, bucket_width=0):
-    """Exclusive upper edges of the length buckets: every `bucket_width` tokens (OpenNMT-tf's
-    `length_bucket_width`; 1 puts each length in a bucket of its own), or the fixed `BUCKET_EDGES` when it is 0.
-    The last edge is always `max_length + 1`."""
-    if bucket_width:
-        edges = range(bucket_width + 1, max_length + 1, bucket_width)
-    else:
-        edges = [edge for edge in BUCKET_EDGES if edge <= max_length]
-    return [*edges, max_length + 1]
-
-
-def _bucket_sizes(max_length, max_tokens, batch_size, bucket_width=0):
-    edges = bucket_edges(max_length, bucket_width)
-    if max_tokens:
-        sizes = [max(1, max_tokens // edge) for edge in edges]
-    else:
-        sizes = [batch_size] * len(edges)
-    return edges, sizes + sizes[-1:]
-
-
 def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, seed=None, repeat=False,
                  pad_to_bucket=False, bucket_width=0, resegment=None):
     """A tf.data pipeline of padded, length-bucketed batches over an `EncodedSplit`.
@@ -153,8 +129,8 @@ def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, 
         pad_to_bucket: bool. Pad every batch to its bucket's width (upper edge - 1) rather than to its longest
             sequence, so batches come in a few fixed shapes: an XLA-compiled step (`trainer.jit_compile`)
             then compiles once per bucket instead of once per new shape. Defaults to `False`.
-        bucket_width: int. Width of the length buckets in tokens (see `bucket_edges`); narrower buckets waste less
-            compute on padding. 0 for the fixed `BUCKET_EDGES`. Defaults to `0`.
+        bucket_width: int. Width of the length buckets in tokens (see `kmt.data.buckets.bucket_edges`); narrower
+            buckets waste less compute on padding. 0 for the fixed `BUCKET_EDGES`. Defaults to `0`.
         resegment: callable or None. Subword regularization (`subword_sampler`): maps a chunk of source and of
             target strings to ragged ids, and the stream tokenizes the split's text afresh on every pass with it,
             dropping pairs that come out longer than `max_length`, instead of reusing the split's ids. Its passes
@@ -174,9 +150,9 @@ def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, 
         dataset = dataset.batch(RESEGMENT_CHUNK).map(resegment, num_parallel_calls=tf.data.AUTOTUNE)
         dataset = dataset.unbatch().filter(lambda source, target: _fits(tf.size(source), tf.size(target), max_length))
     dataset = dataset.map(_to_example, num_parallel_calls=tf.data.AUTOTUNE)
-    edges, sizes = _bucket_sizes(max_length, max_tokens, batch_size, bucket_width)
+    edges, sizes = bucket_sizes(max_length, max_tokens, batch_size, bucket_width)
     dataset = dataset.bucket_by_sequence_length(
-        element_length_func=lambda features, _: tf.maximum(
+        element_length_func=lambda features, _: tf.maximum(  # buckets.bucket_lengths: target_in has the start token
             tf.shape(features["source"])[0], tf.shape(features["target_in"])[0]
         ),
         bucket_boundaries=edges,
@@ -218,10 +194,7 @@ def count_batches(split, max_length, max_tokens=0, batch_size=64, bucket_width=0
     unrounded quotients, rounded: `steps_per_epoch` for an epoch of one pass over the data, however many buckets
     there are.
     """
-    edges, sizes = _bucket_sizes(max_length, max_tokens, batch_size, bucket_width)
-    lengths = np.maximum(split.source.row_lengths().numpy(), split.target.row_lengths().numpy() + 1)
-    counts = np.bincount(np.searchsorted(edges, lengths, side="right"), minlength=len(sizes))
-    sizes = np.asarray(sizes)
-    if repeated:
-        return max(1, round(float(np.sum(counts / sizes))))
-    return int(np.sum(-(-counts // sizes)))
+    edges, sizes = bucket_sizes(max_length, max_tokens, batch_size, bucket_width)
+    lengths = bucket_lengths(split.source.row_lengths().numpy(), split.target.row_lengths().numpy())
+    return batches_per_pass(bucket_of(lengths, edges), sizes, repeated)
+
