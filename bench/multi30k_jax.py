@@ -4,13 +4,15 @@ token ids made here, then exported, decoded and scored here like any kmt run.
 The lent GPU machines have JAX but no TensorFlow, and kmt's tokenizers and tf.data pipeline are TensorFlow ops. So
 the work splits in three, the first and last where kmt is installed, the middle where keras, JAX and omegaconf are:
 
-    python bench/multi30k_jax.py prepare en_de --out .gpu/en_de          # config, vocabulary, token ids (+ overrides)
+    python bench/multi30k_jax.py prepare en_de data.subword_sampling=0 --out .gpu/en_de  # config, vocabulary, ids
     KERAS_BACKEND=jax python bench/multi30k_jax.py train .gpu/en_de --out OUT --deadline 540 \\
         --job long:trainer.epochs=130,trainer.max_minutes=3.5 --job d03:trainer.epochs=130,model.dropout=0.3 --keep long
     python bench/multi30k_jax.py finish .gpu/en_de OUT --job long       # run dir, SavedModel, val and test rows
 
 `prepare` composes `experiment=multi30k_<direction>` with any Hydra overrides, trains the vocabulary on the training
-split (as kmt-train does) and writes every split's ids. `train` runs each `--job` (a name, then overrides of that
+split (as kmt-train does) and writes every split's ids, once: subword regularization, which the En->De recipe
+uses (`data.subword_sampling`), draws new ids every pass with TensorFlow ops, so it is refused here, and the
+example above prepares the recipe without it. `train` runs each `--job` (a name, then overrides of that
 config as `key=value,key=value`) in turn with `model.fit`, for `trainer.epochs` or until `trainer.max_minutes` or
 `--deadline`, whichever ends first; it averages the last `trainer.average_last` epochs, measures the average on
 val, and writes the averaged weights of each `--keep` job (float32, in files of under 16 MiB) with a `results.json`
@@ -43,6 +45,10 @@ SPLITS = ("train", "val", "test")
 # edge used. On Multi30k these make 5 shapes, and the first epoch on an H200 took 91 s; kmt's own bucket edges
 # (kmt.data.buckets.BUCKET_EDGES) made 12, 192 s.
 SHAPE_EDGES = (12, 16, 24, 32, 64, 128, 256, 512, 1024)
+# kmt-train's subword regularization tokenizes the training text afresh on every pass, with TensorFlow ops; here the
+# token ids are drawn once, by `prepare`, so a recipe that samples is refused rather than silently trained without it.
+NO_SAMPLING = ("{setting}: this bench trains on token ids made once by `prepare`, so it cannot draw a new segmentation "
+               "every pass as kmt-train does; add data.subword_sampling=0 to prepare the recipe without it")
 SHUFFLE_BATCHES = 256  # kmt.data.pipeline.make_dataset's batch shuffle buffer
 MAX_FILE_BYTES = 15 * 2**20  # each weights file stays under the 16 MiB a file that the device tool brings back
 
@@ -98,6 +104,8 @@ def prepare(args):
         fail(one_line(error))
     with exit_on_user_error():  # a bad setting, a missing corpus: one line
         config_lib.validate(cfg)
+        if cfg.data.subword_sampling:
+            fail(NO_SAMPLING.format(setting=f"data.subword_sampling={cfg.data.subword_sampling}"))
         corpus = load_corpus(cfg.data)
         args.out.mkdir(parents=True, exist_ok=True)
         vocabularies = prepare_vocabularies(cfg, corpus, args.out / "tokenizer")
@@ -219,6 +227,8 @@ def train(args):
             jobs[name] = OmegaConf.merge(base, OmegaConf.from_dotlist([item for item in overrides.split(",") if item]))
         except OmegaConfBaseException as error:
             sys.exit(f"error: --job {spec}: {str(error).splitlines()[0]}")
+        if jobs[name].data.subword_sampling:
+            sys.exit(f"error: --job {spec}: " + NO_SAMPLING.format(setting="data.subword_sampling"))
     if unknown := sorted(set(args.keep) - set(jobs)):
         sys.exit(f"error: --keep {' '.join(unknown)}: no --job of that name")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -186,13 +186,20 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path):
     # The smoke vocabulary (323 pieces) spells sentences in up to 125 pieces, hence edges up to 128.
     prepared, trained = tmp_path / "prepared", tmp_path / "trained"
     result = run_bench("multi30k_jax", "prepare", "en_de", "debug=smoke", "data.download=false",
-                       "trainer.precision=float32", "--out", str(prepared))
+                       "trainer.precision=float32", "data.subword_sampling=0", "--out", str(prepared))
     assert result.returncode == 0, result.stderr[-3000:]
     misspelt = subprocess.run(
         [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(prepared), "--out", str(trained),
          "--job", "a:model.dropuot=0.1"], capture_output=True, text=True, env=bench_env() | {"KERAS_BACKEND": "jax"})
     assert misspelt.returncode == 1 and "Traceback" not in misspelt.stderr
     assert misspelt.stderr.strip().splitlines()[-1].startswith("error: --job a:model.dropuot=0.1: Key 'dropuot'")
+    sampling = subprocess.run(
+        [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(prepared), "--out", str(trained),
+         "--job", "a:data.subword_sampling=0.5"], capture_output=True, text=True,
+        env=bench_env() | {"KERAS_BACKEND": "jax"})
+    assert sampling.returncode == 1 and "Traceback" not in sampling.stderr
+    assert sampling.stderr.strip().splitlines()[-1].startswith(
+        "error: --job a:data.subword_sampling=0.5: data.subword_sampling: this bench trains on token ids made once")
     assert not trained.exists()  # nothing trained, nothing written
     # The GPU machines have JAX but no TensorFlow: here `import tensorflow` fails in `train` as it would there.
     no_tensorflow = tmp_path / "no_tensorflow" / "tensorflow"
@@ -229,6 +236,13 @@ def test_the_jax_bench_turns_bad_input_into_one_line(tmp_path):
     result = run_bench("multi30k_jax", "prepare", "en_de", "trainer.epochs=0", "--out", str(tmp_path / "p"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == "error: trainer.epochs must be positive. Received: 0"
+    assert not (tmp_path / "p").exists()
+    # The En->De recipe samples segmentations every pass, which token ids made once cannot: refused, not ignored.
+    result = run_bench("multi30k_jax", "prepare", "en_de", "--out", str(tmp_path / "p"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "error: data.subword_sampling=0.5: this bench trains on token ids made once by `prepare`")
+    assert result.stderr.strip().endswith("add data.subword_sampling=0 to prepare the recipe without it")
     assert not (tmp_path / "p").exists()
     result = run_bench("multi30k_jax", "train", str(tmp_path), "--out", str(tmp_path / "o"), "--job", "a")
     assert result.returncode == 1 and "Traceback" not in result.stderr  # TensorFlow is the default backend
