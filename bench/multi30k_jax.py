@@ -206,7 +206,6 @@ def train(args):
     """Runs each `--job` in turn; writes `results.json` after each, and the averaged weights of `--keep` jobs."""
     import keras
     from omegaconf import OmegaConf
-
     from omegaconf.errors import OmegaConfBaseException
 
     started = time.perf_counter()

@@ -130,7 +130,7 @@ def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, 
             sequence, so batches come in a few fixed shapes: an XLA-compiled step (`trainer.jit_compile`)
             then compiles once per bucket instead of once per new shape. Defaults to `False`.
         bucket_width: int. Width of the length buckets in tokens (see `kmt.data.buckets.bucket_edges`); narrower
-            buckets waste less compute on padding. 0 for the fixed `BUCKET_EDGES`. Defaults to `0`.
+            buckets waste less compute on padding. 0 for the fixed `kmt.data.buckets.BUCKET_EDGES`. Defaults to `0`.
         resegment: callable or None. Subword regularization (`subword_sampler`): maps a chunk of source and of
             target strings to ragged ids, and the stream tokenizes the split's text afresh on every pass with it,
             dropping pairs that come out longer than `max_length`, instead of reusing the split's ids. Its passes
