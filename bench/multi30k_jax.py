@@ -4,21 +4,22 @@ token ids made here, then exported, decoded and scored here like any kmt run.
 The lent GPU machines have JAX but no TensorFlow, and kmt's tokenizers and tf.data pipeline are TensorFlow ops. So
 the work splits in three, the first and last where kmt is installed, the middle where keras, JAX and omegaconf are:
 
-    python bench/multi30k_jax.py prepare en_de data.subword_sampling=0 --out .gpu/en_de  # config, vocabulary, ids
+    python bench/multi30k_jax.py prepare en_de --out .gpu/en_de  # config, vocabulary, ids (and sampled draws)
     KERAS_BACKEND=jax python bench/multi30k_jax.py train .gpu/en_de --out OUT --deadline 540 \\
         --job long:trainer.epochs=130,trainer.max_minutes=3.5 --job d03:trainer.epochs=130,model.dropout=0.3 --keep long
     python bench/multi30k_jax.py finish .gpu/en_de OUT --job long       # run dir, SavedModel, val and test rows
 
 `prepare` composes `experiment=multi30k_<direction>` with any Hydra overrides, trains the vocabulary on the training
-split (as kmt-train does) and writes every split's ids, once: subword regularization, which the En->De recipe
-uses (`data.subword_sampling`), draws new ids every pass with TensorFlow ops, so it is refused here, and the
-example above prepares the recipe without it. `train` runs each `--job` (a name, then overrides of that
-config as `key=value,key=value`) in turn with `model.fit`, for `trainer.epochs` or until `trainer.max_minutes` or
-`--deadline`, whichever ends first; it averages the last `trainer.average_last` epochs, measures the average on
-val, and writes the averaged weights of each `--keep` job (float32, in files of under 16 MiB) with a `results.json`
-of every job's history and throughput. `finish` makes a run directory of a kept job under
-runs/bench/multi30k_<direction>_jax/ (config.yaml, tokenizer/, checkpoints/average_lastN.weights.h5), exports it
-with kmt-export, scores val and test_2016_flickr through the SavedModel with kmt-evaluate and prints the results row.
+split (as kmt-train does) and writes every split's ids. Subword regularization (`data.subword_sampling`, which the
+En->De recipe uses) draws a new segmentation of the training pairs on every pass, with TensorFlow ops; here `prepare`
+makes `--draws` seeded draws instead (`kmt.data.pipeline.resample`; the first is the draw kmt-train sizes its epochs
+by), and training cycles through them, one a pass. `train` runs each `--job` (a name, then overrides of that config as
+`key=value,key=value`) in turn with `model.fit`, for `trainer.epochs` or until `trainer.max_minutes` or `--deadline`,
+whichever ends first; it averages the last `trainer.average_last` epochs, measures the average on val, and writes the
+averaged weights of each `--keep` job (float32, in files of under 16 MiB) with a `results.json` of every job's history
+and throughput. `finish` makes a run directory of a kept job under runs/bench/multi30k_<direction>_jax/ (config.yaml,
+tokenizer/, checkpoints/average_lastN.weights.h5), exports it with kmt-export, scores val and test_2016_flickr through
+the SavedModel with kmt-evaluate and prints the results row.
 
 Batches are the ones kmt-train makes (`kmt.data.pipeline`): sentences grouped by length (the longer of source and
 target + 1) into the recipe's buckets, `data.max_tokens // bucket edge` sentences each, shuffled sentences, then a
@@ -29,6 +30,7 @@ tokens, which the masks and the loss ignore, so an update is the one the unpadde
 
 import argparse
 import collections
+import itertools
 import json
 import os
 import shutil
@@ -45,10 +47,9 @@ SPLITS = ("train", "val", "test")
 # edge used. On Multi30k these make 5 shapes, and the first epoch on an H200 took 91 s; kmt's own bucket edges
 # (kmt.data.buckets.BUCKET_EDGES) made 12, 192 s.
 SHAPE_EDGES = (12, 16, 24, 32, 64, 128, 256, 512, 1024)
-# kmt-train's subword regularization tokenizes the training text afresh on every pass, with TensorFlow ops; here the
-# token ids are drawn once, by `prepare`, so a recipe that samples is refused rather than silently trained without it.
-NO_SAMPLING = ("{setting}: this bench trains on token ids made once by `prepare`, so it cannot draw a new segmentation "
-               "every pass as kmt-train does; add data.subword_sampling=0 to prepare the recipe without it")
+# kmt-train's subword regularization tokenizes the training text afresh on every pass, with TensorFlow ops; here
+# `prepare` draws `--draws` segmentations at its alpha, so a job can sample at that alpha or not at all (0).
+DRAWS = 10
 SHUFFLE_BATCHES = 256  # kmt.data.pipeline.make_dataset's batch shuffle buffer
 MAX_FILE_BYTES = 15 * 2**20  # each weights file stays under the 16 MiB a file that the device tool brings back
 
@@ -61,6 +62,9 @@ def parse_args(argv=None):
     prepare.add_argument("overrides", nargs="*",
                          help="Hydra overrides of the recipe, e.g. data.tokenizer.vocab_size=8000")
     prepare.add_argument("--out", type=Path, required=True, help="directory to write (carried to the accelerator)")
+    prepare.add_argument("--draws", type=int, default=DRAWS, metavar="N",
+                         help="with data.subword_sampling: segmentations of the training split to draw, which "
+                              "training cycles through, one a pass (default: %(default)s)")
     train = commands.add_parser("train", help="on the accelerator (KERAS_BACKEND=jax): train the jobs")
     train.add_argument("prepared", type=Path, help="a `prepare` directory")
     train.add_argument("--out", type=Path, required=True, help="where results.json and kept weights go")
@@ -93,7 +97,7 @@ def prepare(args):
     from kmt import config as config_lib
     from kmt.cli.errors import exit_on_user_error, fail, one_line
     from kmt.data import load_corpus
-    from kmt.data.pipeline import encode_split
+    from kmt.data.pipeline import encode_split, resample
     from kmt.training import prepare_vocabularies
 
     config_lib.register_configs()
@@ -104,12 +108,21 @@ def prepare(args):
         fail(one_line(error))
     with exit_on_user_error():  # a bad setting, a missing corpus: one line
         config_lib.validate(cfg)
-        if cfg.data.subword_sampling:
-            fail(NO_SAMPLING.format(setting=f"data.subword_sampling={cfg.data.subword_sampling}"))
+        if args.draws < 1:
+            fail(f"--draws must be at least 1. Received: {args.draws}")
         corpus = load_corpus(cfg.data)
         args.out.mkdir(parents=True, exist_ok=True)
         vocabularies = prepare_vocabularies(cfg, corpus, args.out / "tokenizer")
         splits = {name: encode_split(name, corpus[name], vocabularies, cfg.model.max_length) for name in SPLITS}
+        alpha, draws = cfg.data.subword_sampling, 0
+        if alpha:  # the seeds kmt-train's first draw uses (cfg.seed, cfg.seed + 1), then two more a draw
+            draws = args.draws
+            for k in range(draws):
+                splits[f"train_draw{k}"] = resample(splits["train"], vocabularies, cfg.model.max_length, alpha,
+                                                    cfg.seed + 2 * k)
+            extra = [splits[f"train_draw{k}"].target_tokens / splits["train"].target_tokens - 1 for k in range(draws)]
+            print(f"subword sampling (alpha {alpha:g}): {draws} draws of the training split, "
+                  f"{100 * min(extra):.1f}-{100 * max(extra):.1f}% more target tokens than the best segmentation")
     arrays = {}
     for name, split in splits.items():
         for side in ("source", "target"):
@@ -117,7 +130,8 @@ def prepare(args):
             arrays[f"{name}_{side}_lengths"] = getattr(split, side).row_lengths().numpy().astype(np.int32)
     np.savez_compressed(args.out / "ids.npz", **arrays)
     meta = {"direction": args.direction, "overrides": args.overrides,
-            "source_vocab_size": vocabularies.source.vocab_size, "target_vocab_size": vocabularies.target.vocab_size}
+            "source_vocab_size": vocabularies.source.vocab_size, "target_vocab_size": vocabularies.target.vocab_size,
+            "subword_sampling": alpha, "draws": draws}
     (args.out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     (args.out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     sizes = ", ".join(f"{path.name} {path.stat().st_size / 2**20:.1f} MiB"
@@ -147,17 +161,27 @@ class Batches:
     """kmt-train's batches of one split as numpy arrays, each padded to a fixed shape.
 
     The buckets, their sizes and the steps in an epoch come from `kmt.data.buckets`, as kmt-train's tf.data
-    batches do (`kmt.data.pipeline` itself needs TensorFlow).
+    batches do (`kmt.data.pipeline` itself needs TensorFlow). With `draws` (segmentations of the same pairs drawn
+    by subword sampling) the training stream's pass p is draw p mod len(draws), and an epoch holds the first draw's
+    batches, as kmt-train sizes its epochs by its first draw; `one_pass` stays on `source` and `target`.
     """
 
-    def __init__(self, source, target, max_length, max_tokens, batch_size, bucket_width, shape_edges=SHAPE_EDGES):
+    def __init__(self, source, target, max_length, max_tokens, batch_size, bucket_width, shape_edges=SHAPE_EDGES,
+                 draws=()):
         from kmt.data.buckets import batches_per_pass, bucket_lengths, bucket_of, bucket_sizes
 
-        self.source, self.target = source, target
+        segmentations = [(source, target), *draws]
+        # Every segmentation's pairs in one list, so a batch is a list of indices whichever pass it comes from.
+        self.source = [s for pairs, _ in segmentations for s in pairs]
+        self.target = [t for _, pairs in segmentations for t in pairs]
+        bounds = np.cumsum([0, *(len(pairs) for pairs, _ in segmentations)])
+        self.passes = [np.arange(start, stop) for start, stop in zip(bounds[:-1], bounds[1:])]
+        self.best, self.draws = self.passes[0], self.passes[1:] or self.passes[:1]
         edges, self.sizes = bucket_sizes(max_length, max_tokens, batch_size, bucket_width)
-        self.bucket = bucket_of(bucket_lengths([len(s) for s in source], [len(t) for t in target]), edges)
+        self.bucket = bucket_of(bucket_lengths([len(s) for s in self.source], [len(t) for t in self.target]), edges)
         # The padded shape of each bucket: its longest length rounded up to one of `shape_edges`, and the most
-        # sentences any bucket padded to that length holds.
+        # sentences any bucket padded to that length holds, over every segmentation, so that no draw makes a
+        # shape (an XLA compilation) the others do not.
         longest = [min(edge - 1, max_length) for edge in edges] + [max_length]
         self.width = [next((e for e in shape_edges if e >= n), n) for n in longest]
         counts = np.bincount(self.bucket, minlength=len(self.sizes))
@@ -166,7 +190,7 @@ class Batches:
             if count:  # an empty bucket makes no batch to pad for
                 rows[width] = max(rows[width], size)
         self.rows = [rows[width] for width in self.width]
-        self.steps_per_epoch = batches_per_pass(self.bucket, self.sizes, repeated=True)
+        self.steps_per_epoch = batches_per_pass(self.bucket[self.draws[0]], self.sizes, repeated=True)
 
     def pad(self, indices, bucket):
         rows, width = self.rows[bucket], self.width[bucket]
@@ -181,19 +205,22 @@ class Batches:
         return {"source": source, "target_in": target_in}, target_out
 
     def one_pass(self):
-        """Every pair once, bucket by bucket, each bucket ending with a partial batch (for validation)."""
-        for bucket in np.unique(self.bucket):
-            members = np.flatnonzero(self.bucket == bucket)
+        """Every pair once in its best segmentation, bucket by bucket, each bucket ending with a partial batch (for
+        validation)."""
+        for bucket in np.unique(self.bucket[self.best]):
+            members = self.best[self.bucket[self.best] == bucket]
             for start in range(0, len(members), self.sizes[bucket]):
                 yield self.pad(members[start : start + self.sizes[bucket]], bucket)
 
     def stream(self, seed):
-        """The repeated training stream: sentences reshuffled every pass, a batch out as soon as its bucket holds
-        its size (leftovers go on into the next pass), then a shuffle buffer of 256 batches."""
+        """The repeated training stream: sentences reshuffled every pass (each pass the next draw, with `draws`), a
+        batch out as soon as its bucket holds its size (leftovers go on into the next pass), then a shuffle buffer of
+        256 batches."""
         rng = np.random.default_rng(seed)
         pending, buffer = collections.defaultdict(list), []
-        while True:
-            for i in rng.permutation(len(self.source)):
+        for made in itertools.count():  # passes
+            members = self.draws[made % len(self.draws)]
+            for i in members[rng.permutation(len(members))]:
                 bucket = self.bucket[i]
                 pending[bucket].append(i)
                 if len(pending[bucket]) == self.sizes[bucket]:
@@ -226,13 +253,18 @@ def train(args):
             jobs[name] = OmegaConf.merge(base, OmegaConf.from_dotlist([item for item in overrides.split(",") if item]))
         except OmegaConfBaseException as error:
             sys.exit(f"error: --job {spec}: {str(error).splitlines()[0]}")
-        if jobs[name].data.subword_sampling:
-            sys.exit(f"error: --job {spec}: " + NO_SAMPLING.format(setting="data.subword_sampling"))
+        alpha, prepared_alpha = jobs[name].data.subword_sampling, meta.get("subword_sampling", 0)
+        if alpha and alpha != prepared_alpha:  # the draws are made by `prepare`, at its alpha
+            made = f"draws at alpha {prepared_alpha:g}" if prepared_alpha else "none"
+            sys.exit(f"error: --job {spec}: data.subword_sampling={alpha:g} needs `prepare`'s draws at that alpha, "
+                     f"and {args.prepared} holds {made}; prepare with data.subword_sampling={alpha:g}, or set 0 to "
+                     "train on the best segmentation")
     if unknown := sorted(set(args.keep) - set(jobs)):
         sys.exit(f"error: --keep {' '.join(unknown)}: no --job of that name")
     args.out.mkdir(parents=True, exist_ok=True)
     arrays = dict(np.load(args.prepared / "ids.npz"))
-    data = {name: (ragged(arrays, name, "source"), ragged(arrays, name, "target")) for name in ("train", "val")}
+    names = ["train", "val", *(f"train_draw{k}" for k in range(meta.get("draws", 0)))]
+    data = {name: (ragged(arrays, name, "source"), ragged(arrays, name, "target")) for name in names}
     import jax
 
     results = {"backend": keras.backend.backend(), "devices": [str(d) for d in jax.devices()],
@@ -261,17 +293,20 @@ def run_job(name, cfg, meta, data, weights_dir, seconds_left, shape_edges=SHAPE_
     cfg.trainer.jit_compile = True  # under JAX, False would run every op eagerly
     batching = dict(max_length=cfg.model.max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size,
                     bucket_width=cfg.data.bucket_width, shape_edges=shape_edges)
-    train_batches, val_batches = Batches(*data["train"], **batching), Batches(*data["val"], **batching)
-    val = list(val_batches.one_pass())
+    draws = [data[f"train_draw{k}"] for k in range(meta.get("draws", 0))] if cfg.data.subword_sampling else []
+    train_batches = Batches(*data["train"], **batching, draws=draws)
+    val = list(Batches(*data["val"], **batching).one_pass())
     steps = train_batches.steps_per_epoch
     schedule = build_schedule(cfg.optim, cfg.model.hidden_dim, cfg.trainer.epochs * steps)
     model = compile_model(build_model(cfg.model, meta["source_vocab_size"], meta["target_vocab_size"]), cfg, schedule)
-    tokens_per_epoch = sum(len(t) + 1 for t in data["train"][1])
+    tokens_per_epoch = sum(len(t) + 1 for t in (draws or [data["train"]])[0][1])  # as kmt-train counts an epoch
     limits = [limit for limit in (cfg.trainer.max_minutes * 60, seconds_left) if limit]
     budget = min(limits) if limits else None
     print(f"{name}: {model.count_params():,} parameters, {steps} steps an epoch, {tokens_per_epoch:,} target "
           f"tokens an epoch, shapes {sorted({(r, w) for r, w in zip(train_batches.rows, train_batches.width) if r})}, "
-          f"budget {budget and round(budget)} s, overrides {OmegaConf.to_container(cfg.model)}", flush=True)
+          f"budget {budget and round(budget)} s, "
+          + (f"{len(draws)} sampled segmentations (alpha {cfg.data.subword_sampling:g}) in turn, "
+             if draws else "") + f"overrides {OmegaConf.to_container(cfg.model)}", flush=True)
     recorder = epoch_recorder(name, cfg.trainer.average_last, budget)
     model.fit(train_batches.stream(cfg.seed), epochs=cfg.trainer.epochs, steps_per_epoch=steps,
               validation_data=fixed_batches(val), callbacks=[recorder], verbose=0, shuffle=False)
@@ -287,6 +322,7 @@ def run_job(name, cfg, meta, data, weights_dir, seconds_left, shape_edges=SHAPE_
         "first_epoch_seconds": recorder.seconds[0],
         "tokens_per_second": tokens_per_epoch * len(seconds) / sum(seconds),
         "averaged_checkpoints": len(recorder.kept),
+        "sampled_draws": len(draws),
         "averaged_val": {key: float(value) for key, value in averaged.items()},
         "history": recorder.history,
     }

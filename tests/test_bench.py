@@ -2,6 +2,7 @@
 corpus with a tiny model (its figures are not checked: speed lives in benchmarks, not tests). The Multi30k bench
 stops its training with it and ends with a one-line error."""
 
+import collections
 import json
 import os
 import signal
@@ -181,13 +182,49 @@ def test_the_jax_bench_makes_kmt_trains_batches_padded_to_a_few_shapes(monkeypat
     assert {shape[1] for shape in shapes} <= {12, 24, 48}
 
 
+def test_the_jax_bench_trains_on_sampled_draws_one_a_pass_in_the_shapes_of_all(monkeypatch):
+    # Subword regularization on the accelerator: `prepare`'s draws, in turn; epochs sized by the first, as kmt-train's.
+    import numpy as np
+    import tensorflow as tf
+
+    from kmt.data.pipeline import EncodedSplit, count_batches
+
+    monkeypatch.syspath_prepend(str(BENCH))
+    import multi30k_jax
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 30, size=(2, 400))
+
+    def segmentation(tag, stretch):  # every id of segmentation `tag` lies in [100 * tag, 100 * tag + 50)
+        return [[rng.integers(100 * tag, 100 * tag + 50, size=min(n + stretch, 39)) for n in side] for side in lengths]
+
+    best, *draws = segmentation(0, 0), segmentation(1, 0), segmentation(2, 3), segmentation(3, 9)
+    best = [[ids + 4 for ids in side] for side in best]  # ids 0-3 are pad, unknown, start and end
+    batches = multi30k_jax.Batches(*best, max_length=40, max_tokens=256, batch_size=8, bucket_width=1,
+                                   shape_edges=(12, 24, 48), draws=draws)
+    split = EncodedSplit(tf.ragged.constant(draws[0][0]), tf.ragged.constant(draws[0][1]), [], [], {})
+    assert batches.steps_per_epoch == count_batches(split, 40, 256, 8, 1, repeated=True)
+    assert all((features["source"] < 100).all() for features, _ in batches.one_pass())  # val: the best one
+    shapes = {(rows, width) for rows, width in zip(batches.rows, batches.width) if rows}
+    stream, seen = batches.stream(seed=1), collections.Counter()
+    for _ in range(12 * batches.steps_per_epoch):
+        features, target_out = next(stream)
+        assert target_out.shape in shapes  # the longest draw makes no shape the compiled ones lack
+        tags = set(np.unique(features["source"][features["source"] > 0] // 100))
+        assert tags and tags <= {1, 2, 3}  # draws only, never the best segmentation
+        seen.update(tags)
+    assert all(count > 0.2 * sum(seen.values()) for count in seen.values())  # each draw has its share of passes
+
+
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
 def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path):
     # The smoke vocabulary (323 pieces) spells sentences in up to 125 pieces, hence edges up to 128.
     prepared, trained = tmp_path / "prepared", tmp_path / "trained"
+    # The recipe samples segmentations (data.subword_sampling=0.5): `prepare` draws two for `train` to cycle through.
     result = run_bench("multi30k_jax", "prepare", "en_de", "debug=smoke", "data.download=false",
-                       "trainer.precision=float32", "data.subword_sampling=0", "--out", str(prepared))
+                       "trainer.precision=float32", "--draws", "2", "--out", str(prepared))
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "subword sampling (alpha 0.5): 2 draws of the training split" in result.stdout
     misspelt = subprocess.run(
         [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(prepared), "--out", str(trained),
          "--job", "a:model.dropuot=0.1"], capture_output=True, text=True, env=bench_env() | {"KERAS_BACKEND": "jax"})
@@ -195,11 +232,13 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path):
     assert misspelt.stderr.strip().splitlines()[-1].startswith("error: --job a:model.dropuot=0.1: Key 'dropuot'")
     sampling = subprocess.run(
         [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(prepared), "--out", str(trained),
-         "--job", "a:data.subword_sampling=0.5"], capture_output=True, text=True,
+         "--job", "a:data.subword_sampling=0.3"], capture_output=True, text=True,
         env=bench_env() | {"KERAS_BACKEND": "jax"})
     assert sampling.returncode == 1 and "Traceback" not in sampling.stderr
-    assert sampling.stderr.strip().splitlines()[-1].startswith(
-        "error: --job a:data.subword_sampling=0.5: data.subword_sampling: this bench trains on token ids made once")
+    assert sampling.stderr.strip().splitlines()[-1] == (
+        f"error: --job a:data.subword_sampling=0.3: data.subword_sampling=0.3 needs `prepare`'s draws at that "
+        f"alpha, and {prepared} holds draws at alpha 0.5; prepare with data.subword_sampling=0.3, or set 0 to train "
+        "on the best segmentation")
     assert not trained.exists()  # nothing trained, nothing written
     # The GPU machines have JAX but no TensorFlow: here `import tensorflow` fails in `train` as it would there.
     no_tensorflow = tmp_path / "no_tensorflow" / "tensorflow"
@@ -208,7 +247,8 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path):
     python_path = os.pathsep.join(filter(None, [str(no_tensorflow.parent), os.environ.get("PYTHONPATH")]))
     training = subprocess.run(
         [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(prepared), "--out", str(trained),
-         "--job", "kept:trainer.epochs=2,trainer.average_last=2", "--job", "other:model.dropout=0.0",
+         "--job", "kept:trainer.epochs=2,trainer.average_last=2",
+         "--job", "other:model.dropout=0.0,data.subword_sampling=0",
          "--keep", "kept", "--shape-edges", "32,64,128"],
         capture_output=True, text=True, timeout=600,
         env=bench_env() | {"KERAS_BACKEND": "jax", "PYTHONPATH": python_path},
@@ -219,6 +259,8 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path):
     kept, other = results["jobs"]["kept"], results["jobs"]["other"]
     assert kept["epochs"] == 2 and kept["averaged_checkpoints"] == 2 and len(kept["history"]) == 2
     assert kept["config"]["model"]["dropout"] == 0.2 and other["config"]["model"]["dropout"] == 0.0
+    assert kept["sampled_draws"] == 2 and other["sampled_draws"] == 0
+    assert "2 sampled segmentations (alpha 0.5) in turn" in training.stdout
     assert "weights" in kept and "weights" not in other and not (trained / "other").exists()
     result = run_bench("multi30k_jax", "finish", str(prepared), str(trained), "--job", "kept",
                        "--run-dir", str(tmp_path / "run"))
@@ -237,12 +279,9 @@ def test_the_jax_bench_turns_bad_input_into_one_line(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == "error: trainer.epochs must be positive. Received: 0"
     assert not (tmp_path / "p").exists()
-    # The En->De recipe samples segmentations every pass, which token ids made once cannot: refused, not ignored.
-    result = run_bench("multi30k_jax", "prepare", "en_de", "--out", str(tmp_path / "p"))
+    result = run_bench("multi30k_jax", "prepare", "en_de", "--draws", "0", "--out", str(tmp_path / "p"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith(
-        "error: data.subword_sampling=0.5: this bench trains on token ids made once by `prepare`")
-    assert result.stderr.strip().endswith("add data.subword_sampling=0 to prepare the recipe without it")
+    assert result.stderr.strip().splitlines()[-1] == "error: --draws must be at least 1. Received: 0"
     assert not (tmp_path / "p").exists()
     result = run_bench("multi30k_jax", "train", str(tmp_path), "--out", str(tmp_path / "o"), "--job", "a")
     assert result.returncode == 1 and "Traceback" not in result.stderr  # TensorFlow is the default backend
