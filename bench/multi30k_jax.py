@@ -175,8 +175,8 @@ class Batches:
         self.source = [s for pairs, _ in segmentations for s in pairs]
         self.target = [t for _, pairs in segmentations for t in pairs]
         bounds = np.cumsum([0, *(len(pairs) for pairs, _ in segmentations)])
-        self.passes = [np.arange(start, stop) for start, stop in zip(bounds[:-1], bounds[1:])]
-        self.best, self.draws = self.passes[0], self.passes[1:] or self.passes[:1]
+        ranges = [np.arange(start, stop) for start, stop in zip(bounds[:-1], bounds[1:])]
+        self.best, self.draws = ranges[0], ranges[1:] or ranges[:1]  # without draws, training passes the best one
         edges, self.sizes = bucket_sizes(max_length, max_tokens, batch_size, bucket_width)
         self.bucket = bucket_of(bucket_lengths([len(s) for s in self.source], [len(t) for t in self.target]), edges)
         # The padded shape of each bucket: its longest length rounded up to one of `shape_edges`, and the most
