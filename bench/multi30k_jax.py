@@ -218,8 +218,8 @@ class Batches:
         256 batches."""
         rng = np.random.default_rng(seed)
         pending, buffer = collections.defaultdict(list), []
-        for made in itertools.count():  # passes
-            members = self.draws[made % len(self.draws)]
+        for n in itertools.count():  # the n-th pass over the training pairs
+            members = self.draws[n % len(self.draws)]
             for i in members[rng.permutation(len(members))]:
                 bucket = self.bucket[i]
                 pending[bucket].append(i)
@@ -299,7 +299,8 @@ def run_job(name, cfg, meta, data, weights_dir, seconds_left, shape_edges=SHAPE_
     steps = train_batches.steps_per_epoch
     schedule = build_schedule(cfg.optim, cfg.model.hidden_dim, cfg.trainer.epochs * steps)
     model = compile_model(build_model(cfg.model, meta["source_vocab_size"], meta["target_vocab_size"]), cfg, schedule)
-    tokens_per_epoch = sum(len(t) + 1 for t in (draws or [data["train"]])[0][1])  # as kmt-train counts an epoch
+    _, epoch_targets = draws[0] if draws else data["train"]  # kmt-train sizes an epoch by its first draw
+    tokens_per_epoch = sum(len(t) + 1 for t in epoch_targets)
     limits = [limit for limit in (cfg.trainer.max_minutes * 60, seconds_left) if limit]
     budget = min(limits) if limits else None
     print(f"{name}: {model.count_params():,} parameters, {steps} steps an epoch, {tokens_per_epoch:,} target "
