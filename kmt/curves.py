@@ -43,12 +43,13 @@ def _panels(histories):
     return panels + [("learning rate", ("learning_rate",), False)]
 
 
-def plot_curves(histories, path, title=""):
+def plot_curves(histories, path, title="", first_epoch=1):
     """Writes the curves of `histories` (`{label: read_history(run)}`) to the PNG `path`; returns `path`. The
-    legend names the runs when there are several."""
+    legend names the runs when there are several. From `first_epoch` on only, with the y axes scaled to those epochs:
+    late differences between runs that the first epochs' losses would flatten."""
     import matplotlib.pyplot as plt
 
-    figure = draw_curves(histories, title)
+    figure = draw_curves(histories, title, first_epoch)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=100)
@@ -56,7 +57,7 @@ def plot_curves(histories, path, title=""):
     return path
 
 
-def draw_curves(histories, title=""):
+def draw_curves(histories, title="", first_epoch=1):
     """The matplotlib figure `plot_curves` saves."""
     import matplotlib
 
@@ -75,7 +76,8 @@ def draw_curves(histories, title=""):
     for (name, keys, log_scale), ax in zip(panels, axes):
         for i, (label, history) in enumerate(histories.items()):
             for key, style in zip(keys, ("-", "--")):
-                points = [(e, v) for e, v in zip(history["epoch"], history.get(key, [])) if v is not None]
+                points = [(e, v) for e, v in zip(history["epoch"], history.get(key, []))
+                          if v is not None and e >= first_epoch]
                 if points:
                     ax.plot(*zip(*points), style, color=f"C{i % 10}", marker="." if len(points) < 30 else None,
                             label=label if key == keys[0] else None)
@@ -84,7 +86,7 @@ def draw_curves(histories, title=""):
             ax.set_yscale("log")  # an untrained model's perplexity is in the thousands, a trained one's near 5
         ax.set_xlabel("epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
-        ax.set_xlim(0.5, last + 0.5)
+        ax.set_xlim(first_epoch - 0.5, max(last, first_epoch) + 0.5)
         ax.grid(alpha=0.3)
     axes[len(panels) - 1].ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))  # the learning rate
     if len(histories) > 1:  # every run, also one with nothing to draw in the first panel

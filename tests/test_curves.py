@@ -101,3 +101,33 @@ def test_kmt_plot_writes_into_the_run_and_fails_in_one_line(tmp_path):
     missing = run_cli("plot", run, tmp_path / "nope", "--output", tmp_path / "both.png")
     assert missing.returncode == 2 and not (tmp_path / "both.png").exists()
     assert missing.stderr.strip().splitlines()[-1].startswith(f"error: {tmp_path / 'nope'}/logs/history.csv")
+
+
+def test_from_epoch_draws_the_late_epochs_only_with_the_axes_scaled_to_them(tmp_path):
+    import matplotlib.pyplot as plt
+
+    history = read_history(_run(tmp_path, "run", _epochs(6, ppl=True)))
+    figure = draw_curves({"run": history}, first_epoch=4)
+    loss_panel = figure.axes[0]
+    assert [list(line.get_xdata()) for line in loss_panel.get_lines()] == [[4, 5, 6], [4, 5, 6]]
+    assert loss_panel.get_xlim() == (3.5, 6.5)
+    assert loss_panel.get_ylim()[1] < 4.5 / 3  # scaled to epochs 4-6 (val loss 4.5/4 at most), not epoch 1's 4.5
+    plt.close(figure)
+
+
+def test_kmt_plot_names_runs_by_label_and_refuses_a_miscount_in_one_line(tmp_path):
+    import matplotlib.image
+
+    first, second = _run(tmp_path, "a", _epochs(4)), _run(tmp_path, "b", _epochs(4))
+    out = tmp_path / "named.png"
+    named = run_cli("plot", first, second, "--label", "dropout 0.2", "--label", "dropout 0.1", "--from-epoch", "2",
+                    "--output", out)
+    assert named.returncode == 0, named.stderr[-2000:]
+    assert matplotlib.image.imread(out).shape[:2] == (380, 1500)
+    for args, message in [(["--label", "only one"], "--label is given 1 times for 2 run directories"),
+                          (["--label", "same", "--label", "same"], "two runs are both named 'same'"),
+                          (["--from-epoch", "0"], "--from-epoch must be 1 or more"),
+                          (["--from-epoch", "5"], "--from-epoch 5 is past every run's last epoch (4)")]:
+        bad = run_cli("plot", first, second, *args, "--output", tmp_path / "bad.png")
+        assert bad.returncode == 2 and not (tmp_path / "bad.png").exists()
+        assert bad.stderr.strip().splitlines()[-1].startswith(f"error: {message}")

@@ -9,6 +9,7 @@ when a run ends, and a sweep into `summary.png`.
 Examples:
     kmt-plot runs/multi30k_en_de/<time>                               # -> runs/multi30k_en_de/<time>/logs/curves.png
     kmt-plot runs/multi30k_en_de/<time> runs/multi30k_en_de/<other> --output compare.png
+    kmt-plot RUN_A RUN_B --label "dropout 0.2" --label "dropout 0.1" --from-epoch 10   # named, late epochs zoomed
 """
 
 import argparse
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from kmt.cli.common import setup_logging
 from kmt.cli.errors import exit_on_user_error
+from kmt.errors import KmtError
 
 
 def main(argv=None):
@@ -27,14 +29,31 @@ def main(argv=None):
     parser.add_argument("--output", help="the PNG to write (default: RUN_DIR/logs/curves.png for one run, "
                                          "curves.png for several)")
     parser.add_argument("--title", default="", help="a title above the panels")
+    parser.add_argument("--label", action="append", default=[], metavar="NAME",
+                        help="the legend's name for a run, once per RUN_DIR in their order (default: the directory)")
+    parser.add_argument("--from-epoch", type=int, default=1, metavar="N",
+                        help="draw epochs N onwards only, the y axes scaled to them, so that late differences between "
+                             "runs show (default: 1, every epoch)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     setup_logging()
     from kmt.curves import plot_curves, read_history
 
     with exit_on_user_error():
-        histories = {run.rstrip("/"): read_history(run) for run in args.run_dirs}
+        labels = args.label or [run.rstrip("/") for run in args.run_dirs]
+        if len(labels) != len(args.run_dirs):
+            raise KmtError(f"--label is given {len(args.label)} times for {len(args.run_dirs)} run directories; give "
+                           "each run one name, in the order of the directories")
+        if len(set(labels)) != len(labels):
+            twice = next(label for label in labels if labels.count(label) > 1)
+            raise KmtError(f"two runs are both named {twice!r}; give each run its own --label")
+        if args.from_epoch < 1:
+            raise KmtError(f"--from-epoch must be 1 or more (epochs count from 1), not {args.from_epoch}")
+        histories = {label: read_history(run) for label, run in zip(labels, args.run_dirs)}
+        last = max(max(history["epoch"], default=0) for history in histories.values())
+        if args.from_epoch > last:
+            raise KmtError(f"--from-epoch {args.from_epoch} is past every run's last epoch ({last})")
         default = Path(args.run_dirs[0]) / "logs" / "curves.png" if len(args.run_dirs) == 1 else Path("curves.png")
-        print(plot_curves(histories, args.output or default, title=args.title))
+        print(plot_curves(histories, args.output or default, title=args.title, first_epoch=args.from_epoch))
 
 
 if __name__ == "__main__":
