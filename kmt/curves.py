@@ -64,7 +64,7 @@ def draw_curves(histories, title="", first_epoch=1):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import LogFormatter, MaxNLocator
 
     panels = _panels(histories)
     last = max((max(h["epoch"], default=1) for h in histories.values()), default=1)
@@ -84,6 +84,8 @@ def draw_curves(histories, title="", first_epoch=1):
         ax.set_title(name)
         if log_scale:
             ax.set_yscale("log")  # an untrained model's perplexity is in the thousands, a trained one's near 5
+            ax.yaxis.set_major_formatter(LogFormatter())  # 4 and 1000, not 4 x 10^0 and 10^3
+            ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
         ax.set_xlabel("epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
         ax.set_xlim(first_epoch - 0.5, max(last, first_epoch) + 0.5)

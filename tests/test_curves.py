@@ -112,6 +112,10 @@ def test_from_epoch_draws_the_late_epochs_only_with_the_axes_scaled_to_them(tmp_
     assert [list(line.get_xdata()) for line in loss_panel.get_lines()] == [[4, 5, 6], [4, 5, 6]]
     assert loss_panel.get_xlim() == (3.5, 6.5)
     assert loss_panel.get_ylim()[1] < 4.5 / 3  # scaled to epochs 4-6 (val loss 4.5/4 at most), not epoch 1's 4.5
+    figure.canvas.draw()
+    ppl_panel = figure.axes[1]
+    labels = [t.get_text() for t in ppl_panel.get_yticklabels() + ppl_panel.get_yticklabels(minor=True)]
+    assert "10" in labels and not any("times" in label or "^" in label for label in labels)  # plain numbers
     plt.close(figure)
 
 
