@@ -45,8 +45,8 @@ def _panels(histories):
 
 def plot_curves(histories, path, title="", first_epoch=1):
     """Writes the curves of `histories` (`{label: read_history(run)}`) to the PNG `path`; returns `path`. The
-    legend names the runs when there are several. From `first_epoch` on only, with the y axes scaled to those epochs:
-    late differences between runs that the first epochs' losses would flatten."""
+    legend names the runs when there are several. Only epochs `first_epoch` onwards are drawn, the y axes scaled to
+    them, so that the first epochs' losses do not flatten late differences between runs."""
     import matplotlib.pyplot as plt
 
     figure = draw_curves(histories, title, first_epoch)
