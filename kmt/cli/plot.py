@@ -35,19 +35,19 @@ def main(argv=None):
                         help="draw epochs N onwards only, the y axes scaled to them, so that late differences between "
                              "runs show (default: 1, every epoch)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.from_epoch < 1:
+        parser.error(f"--from-epoch must be positive. Received: {args.from_epoch}")
     setup_logging()
     from kmt.curves import plot_curves, read_history
 
     with exit_on_user_error():
         labels = args.label or [run.rstrip("/") for run in args.run_dirs]
         if len(labels) != len(args.run_dirs):
-            raise KmtError(f"--label is given {len(args.label)} times for {len(args.run_dirs)} run directories; give "
-                           "each run one name, in the order of the directories")
+            raise KmtError(f"{len(args.run_dirs)} run directories need {len(args.run_dirs)} --label names, one each "
+                           f"in their order; got {len(args.label)}")
         if len(set(labels)) != len(labels):
             twice = next(label for label in labels if labels.count(label) > 1)
             raise KmtError(f"two runs are both named {twice!r}; give each run its own --label")
-        if args.from_epoch < 1:
-            raise KmtError(f"--from-epoch must be 1 or more (epochs count from 1), not {args.from_epoch}")
         histories = {label: read_history(run) for label, run in zip(labels, args.run_dirs)}
         last = max(max(history["epoch"], default=0) for history in histories.values())
         if args.from_epoch > last:
