@@ -58,7 +58,10 @@ def plot_curves(histories, path, title="", first_epoch=1):
 
 
 def draw_curves(histories, title="", first_epoch=1):
-    """The matplotlib figure `plot_curves` saves."""
+    """The matplotlib figure `plot_curves` saves. Raises `KmtError` when `first_epoch` is past every run's last."""
+    last = max((max(h["epoch"], default=1) for h in histories.values()), default=1)
+    if first_epoch > last:
+        raise KmtError(f"--from-epoch {first_epoch} is past every run's last epoch ({last})")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -67,7 +70,6 @@ def draw_curves(histories, title="", first_epoch=1):
     from matplotlib.ticker import LogFormatter, MaxNLocator
 
     panels = _panels(histories)
-    last = max((max(h["epoch"], default=1) for h in histories.values()), default=1)
     rows, columns = (1, len(panels)) if len(panels) <= 3 else (2, (len(panels) + 1) // 2)
     figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.8 * rows), squeeze=False)
     axes = axes.ravel()
@@ -88,7 +90,7 @@ def draw_curves(histories, title="", first_epoch=1):
             ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
         ax.set_xlabel("epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
-        ax.set_xlim(first_epoch - 0.5, max(last, first_epoch) + 0.5)
+        ax.set_xlim(first_epoch - 0.5, last + 0.5)
         ax.grid(alpha=0.3)
     axes[len(panels) - 1].ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))  # the learning rate
     if len(histories) > 1:  # every run, also one with nothing to draw in the first panel

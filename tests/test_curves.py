@@ -112,6 +112,8 @@ def test_from_epoch_draws_the_late_epochs_only_with_the_axes_scaled_to_them(tmp_
     assert [list(line.get_xdata()) for line in loss_panel.get_lines()] == [[4, 5, 6], [4, 5, 6]]
     assert loss_panel.get_xlim() == (3.5, 6.5)
     assert loss_panel.get_ylim()[1] < 4.5 / 3  # scaled to epochs 4-6 (val loss 4.5/4 at most), not epoch 1's 4.5
+    with pytest.raises(KmtError, match=r"--from-epoch 7 is past every run's last epoch \(6\)"):
+        draw_curves({"run": history}, first_epoch=7)  # checked where it is used, for every caller
     figure.canvas.draw()
     ppl_panel = figure.axes[1]
     labels = [t.get_text() for t in ppl_panel.get_yticklabels() + ppl_panel.get_yticklabels(minor=True)]
@@ -137,3 +139,12 @@ def test_kmt_plot_names_runs_by_label_and_refuses_a_miscount_in_one_line(tmp_pat
         bad = run_cli("plot", first, second, *args, "--output", tmp_path / "bad.png")
         assert bad.returncode == 2 and not (tmp_path / "bad.png").exists()
         assert bad.stderr.strip().splitlines()[-1] == line
+
+
+def test_kmt_plot_draws_a_run_without_a_finished_epoch_yet(tmp_path):
+    run = tmp_path / "new"
+    (run / "logs").mkdir(parents=True)
+    (run / "logs" / "history.csv").write_text("epoch,loss,val_loss,learning_rate\n")  # the header, no epoch yet
+    drawn = run_cli("plot", run, "--output", tmp_path / "empty.png")
+    assert drawn.returncode == 0, drawn.stderr[-2000:]
+    assert (tmp_path / "empty.png").is_file()

@@ -49,9 +49,6 @@ def main(argv=None):
             twice = next(label for label in labels if labels.count(label) > 1)
             raise KmtError(f"two runs are both named {twice!r}; give each run its own --label")
         histories = {label: read_history(run) for label, run in zip(labels, args.run_dirs)}
-        last = max(max(history["epoch"], default=0) for history in histories.values())
-        if args.from_epoch > last:
-            raise KmtError(f"--from-epoch {args.from_epoch} is past every run's last epoch ({last})")
         default = Path(args.run_dirs[0]) / "logs" / "curves.png" if len(args.run_dirs) == 1 else Path("curves.png")
         print(plot_curves(histories, args.output or default, title=args.title, first_epoch=args.from_epoch))
 
