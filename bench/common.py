@@ -13,16 +13,26 @@ import time
 from pathlib import Path
 
 
-def hardware():
-    """`"<cores> x <CPU model>"` from /proc/cpuinfo, or the platform's processor name elsewhere."""
-    model = platform.processor() or "cpu"
+def hardware(cpuinfo=None):
+    """`"<cores> x <CPU model>"` from /proc/cpuinfo, or the platform's processor name elsewhere.
+
+    Cloud machines often report a bare family name ("AMD EPYC") for CPUs generations apart (the project's 2-core
+    machine has been a Zen 4 and a Zen 5 under that name, 1.5x apart a training step); where the name holds no
+    model number, the CPUID family and model follow it, e.g. "2 x AMD EPYC (family 26, model 2)".
+    `cpuinfo` is /proc/cpuinfo's text (read when None).
+    """
+    model, fields = platform.processor() or "cpu", {}
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+        text = Path("/proc/cpuinfo").read_text() if cpuinfo is None else cpuinfo
     except OSError:
-        pass
+        text = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())  # the first processor's
+    if fields.get("model name"):
+        model = fields["model name"]
+        if not any(char.isdigit() for char in model) and fields.get("cpu family") and fields.get("model"):
+            model += f" (family {fields['cpu family']}, model {fields['model']})"
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return f"{cores} x {model}"
 

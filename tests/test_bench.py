@@ -84,6 +84,17 @@ def test_train_throughput_streams_its_batches_without_tf_data_autotuning(monkeyp
     assert all((a == b).all() for got, want in zip(streamed, expected) for a, b in zip(got, want))
 
 
+def test_hardware_tells_cpus_that_share_a_bare_name_apart(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    from common import hardware
+
+    cores = len(os.sched_getaffinity(0))
+    zen5 = "processor\t: 0\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n\nprocessor\t: 1\ncpu family\t: 9\n"
+    assert hardware(zen5) == f"{cores} x AMD EPYC (family 26, model 2)"
+    named = "cpu family\t: 6\nmodel\t\t: 143\nmodel name\t: Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz\n"
+    assert hardware(named) == f"{cores} x Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz"
+
+
 @pytest.mark.parametrize("script", ["batching", "fit_teardown", "train_throughput"])
 def test_a_step_count_below_one_is_a_one_line_usage_error(script):
     result = run_bench(script, "--steps", "0")
