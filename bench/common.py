@@ -17,7 +17,7 @@ def hardware(cpuinfo=None):
     """`"<cores> x <CPU model>"` from /proc/cpuinfo, or the platform's processor name elsewhere.
 
     Cloud machines often report a bare family name ("AMD EPYC") for CPUs generations apart (the project's 2-core
-    machine has been a Zen 4 and a Zen 5 under that name, 1.5x apart a training step); where the name holds no
+    machine has been a Zen 4 and a Zen 5 under that name, 1.54x apart an En->De epoch); where the name holds no
     model number, the CPUID family and model follow it, e.g. "2 x AMD EPYC (family 26, model 2)".
     `cpuinfo` is /proc/cpuinfo's text (read when None).
     """
