@@ -271,6 +271,34 @@ class TrainingStats(keras.callbacks.Callback):
             logs["epoch_seconds"] = time.perf_counter() - self._start  # training and validation
 
 
+class LateDropout(keras.callbacks.Callback):
+    """Sets the residual and embedding dropout (`model.dropout`) to `rate` for the epochs after the first `after`
+    ("late dropout", Liu et al., 2023, "Dropout Reduces Underfitting"): a run learns fast with little dropout, then
+    regularizes once it starts to overfit. A resumed run past `after` gets `rate` from its first epoch.
+
+    A dropout rate is a constant of the traced train step, so the step is traced again once, when the rate changes.
+    """
+
+    def __init__(self, rate, after):
+        super().__init__()
+        self.rate, self.after = rate, after
+
+    def on_epoch_begin(self, epoch, logs=None):
+        from kmt.model import residual_dropouts
+
+        if epoch < self.after:
+            return
+        layers = [layer for layer in residual_dropouts(self.model) if layer.rate != self.rate]
+        if not layers:
+            return
+        before = layers[0].rate
+        for layer in layers:
+            layer.rate = self.rate
+        self.model.make_train_function(force=True)
+        logger.info("late dropout: residual and embedding dropout %g -> %g from epoch %d (%d layers)", before,
+                    self.rate, epoch + 1, len(layers))
+
+
 class TimeBudget(keras.callbacks.Callback):
     """Stops training after the epoch past which one more epoch would overrun `max_seconds` (fairseq's
     `--stop-time-hours`), so a run fits a wall-clock budget whatever the machine.

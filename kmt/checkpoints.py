@@ -61,7 +61,7 @@ def load_run_model(run_dir, checkpoint="last"):
 
 
 # Model settings a fine-tuning run may change: they shape no weight.
-FINE_TUNABLE = ("dropout", "attention_dropout", "activation_dropout")
+FINE_TUNABLE = ("dropout", "attention_dropout", "activation_dropout", "late_dropout", "late_dropout_after")
 
 
 def init_source(init_from, model_cfg):

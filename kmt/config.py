@@ -69,6 +69,9 @@ class ModelConfig:
     dropout: float = 0.1  # P_drop: residual and embedding dropout
     attention_dropout: float = 0.0  # dropout on attention weights
     activation_dropout: float = 0.0  # dropout after the feed-forward ReLU
+    late_dropout: Optional[float] = None  # residual and embedding dropout from epoch late_dropout_after + 1 on, in
+    # place of model.dropout ("late dropout", Liu et al., 2023: learn fast, then regularize); None: off
+    late_dropout_after: int = 0  # epochs trained with model.dropout before late_dropout takes over
     max_length: int = 128  # longest sentence in tokens: longer training pairs are dropped, inputs truncated
     norm_first: bool = False  # pre-norm instead of the paper's post-norm
     shared_embeddings: bool = True  # one joint vocabulary and embedding for source and target
@@ -174,6 +177,13 @@ def validate(cfg):
     )
     for key in ("dropout", "attention_dropout", "activation_dropout"):
         _check(0.0 <= model[key] < 1.0, f"model.{key} must be in [0, 1). Received: model.{key}={model[key]}")
+    if model.late_dropout is not None:
+        _check(0.0 <= model.late_dropout < 1.0,
+               f"model.late_dropout must be in [0, 1) or null. Received: model.late_dropout={model.late_dropout}")
+        _check(model.late_dropout_after > 0,
+               f"model.late_dropout needs model.late_dropout_after > 0 epochs. Received: {model.late_dropout_after}")
+        _check(model.dropout > 0, "model.late_dropout needs model.dropout > 0 (the dropout layers' random state is "
+                                  "made with the model). Received: model.dropout=0")
     _check(
         0.0 <= optim.label_smoothing < 1.0,
         f"optim.label_smoothing must be in [0, 1). Received: {optim.label_smoothing}",

@@ -125,3 +125,17 @@ def build_transformer(
     # Logits leave in float32 whatever the compute dtype, so the softmax and the loss are computed in float32.
     logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
     return keras.Model(inputs={"source": source, "target_in": target_in}, outputs=logits, name=name)
+
+
+def residual_dropouts(model):
+    """The `keras.layers.Dropout` layers whose rate is `build_transformer`'s `dropout` (P_drop): on the embeddings
+    and on every sublayer's output before its residual connection; not those on attention weights or inside the
+    feed-forward networks (`attention_dropout`, `activation_dropout`)."""
+    found = []
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.Dropout):  # source_embedding_dropout, target_embedding_dropout
+            found.append(layer)
+        elif isinstance(layer, EncoderLayer):  # DecoderLayer subclasses it and adds cross-attention
+            names = ("self_attention_dropout", "cross_attention_dropout", "feed_forward_dropout")
+            found += [getattr(layer, name) for name in names if hasattr(layer, name)]
+    return found

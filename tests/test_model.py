@@ -8,7 +8,7 @@ import pytest
 from keras import ops
 
 from kmt.losses import MaskedAccuracy, MaskedCrossEntropy
-from kmt.model import build_transformer
+from kmt.model import build_transformer, residual_dropouts
 
 TINY = dict(vocab_size=23, num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.1)
 
@@ -90,6 +90,16 @@ def test_dropout_acts_only_in_training(batch):
     a, b = (ops.convert_to_numpy(model(inputs, training=False)) for _ in range(2))
     np.testing.assert_array_equal(a, b)
     assert not np.allclose(a, ops.convert_to_numpy(model(inputs, training=True)))
+
+
+def test_residual_dropouts_are_the_embeddings_and_sublayer_outputs_only():
+    model = build_transformer(**TINY | {"dropout": 0.3, "attention_dropout": 0.2, "activation_dropout": 0.1})
+    layers = residual_dropouts(model)
+    # two embeddings, two sublayers in each of 2 encoder layers, three in each of 2 decoder layers
+    assert len(layers) == 2 + 2 * 2 + 2 * 3 and len({id(layer) for layer in layers}) == len(layers)
+    assert {layer.rate for layer in layers} == {0.3}
+    every = [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.Dropout)]
+    assert sorted(layer.rate for layer in every if layer not in layers) == [0.1] * 4 + [0.2] * 6
 
 
 def test_saved_model_reloads_in_a_fresh_process(tmp_path, batch):

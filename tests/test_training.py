@@ -150,6 +150,25 @@ def test_subword_sampling_trains_on_longer_drawn_segmentations(tmp_path, caplog)
     assert metrics["train"]["steps"] > 0 and metrics["val"]["loss"] > 0
 
 
+def test_late_dropout_changes_the_rate_from_its_epoch_and_again_after_a_resume(tmp_path, caplog):
+    """model.late_dropout: the first epochs train as without it; then the new rate acts (here 0.9, so the training
+    loss rises above the run that keeps 0.5); a resumed run past the switch gets the new rate back."""
+    caplog.set_level("INFO", logger="kmt.callbacks")
+    common = ["model.dropout=0.5", "trainer.epochs=2", "trainer.export=false"]
+    train(compose_config(*common), tmp_path / "plain")
+    late = ["model.late_dropout=0.9", "model.late_dropout_after=1"]
+    train(compose_config(*common, *late), tmp_path / "late")
+    plain, switched = (_history(tmp_path / run) for run in ("plain", "late"))
+    assert float(switched[0]["loss"]) == pytest.approx(float(plain[0]["loss"]), rel=1e-4)
+    assert float(switched[1]["loss"]) > float(plain[1]["loss"]) + 0.3
+    assert "late dropout: residual and embedding dropout 0.5 -> 0.9 from epoch 2 (7 layers)" in caplog.text
+
+    caplog.clear()
+    train(compose_config(*common, *late, "trainer.epochs=3"), tmp_path / "late")
+    assert "late dropout: residual and embedding dropout 0.5 -> 0.9 from epoch 3 (7 layers)" in caplog.text
+    assert [row["epoch"] for row in _history(tmp_path / "late")] == ["0", "1", "2"]
+
+
 def test_accumulated_batches_make_one_update_with_their_mean_gradient():
     import numpy as np
 
@@ -271,6 +290,11 @@ def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
     [
         ("model.hidden_dim=31", "model.hidden_dim must be divisible by model.num_heads"),
         ("model.dropout=-0.1", "model.dropout must be in [0, 1)"),
+        ("model.late_dropout=1.0 model.late_dropout_after=3", "model.late_dropout must be in [0, 1) or null. "
+                                                              "Received: model.late_dropout=1.0"),
+        ("model.late_dropout=0.3", "model.late_dropout needs model.late_dropout_after > 0 epochs. Received: 0"),
+        ("model.late_dropout=0.3 model.late_dropout_after=2 model.dropout=0", "model.late_dropout needs "
+                                                                              "model.dropout > 0"),
         ("trainer.precision=float64", "trainer.precision must be one of"),
         ("data.name=wmt", "data.name must be one of"),
         ("data.bucket_width=-2", "data.bucket_width must be >= 0. Received: -2"),
