@@ -287,6 +287,7 @@ def run_job(name, cfg, meta, data, weights_dir, seconds_left, shape_edges=SHAPE_
     from omegaconf import OmegaConf
 
     from kmt.build import build_model, build_schedule, compile_model
+    from kmt.callbacks import LateDropout
 
     keras.utils.set_random_seed(cfg.seed)
     keras.config.set_dtype_policy(cfg.trainer.precision)
@@ -309,8 +310,10 @@ def run_job(name, cfg, meta, data, weights_dir, seconds_left, shape_edges=SHAPE_
           + (f"{len(draws)} sampled segmentations (alpha {cfg.data.subword_sampling:g}) in turn, "
              if draws else "") + f"overrides {OmegaConf.to_container(cfg.model)}", flush=True)
     recorder = epoch_recorder(name, cfg.trainer.average_last, budget)
+    late = cfg.model.get("late_dropout")
+    late = [LateDropout(late, cfg.model.late_dropout_after)] if late is not None else []
     model.fit(train_batches.stream(cfg.seed), epochs=cfg.trainer.epochs, steps_per_epoch=steps,
-              validation_data=fixed_batches(val), callbacks=[recorder], verbose=0, shuffle=False)
+              validation_data=fixed_batches(val), callbacks=[*late, recorder], verbose=0, shuffle=False)
     model.set_weights(recorder.average())
     averaged = model.evaluate(fixed_batches(val), verbose=0, return_dict=True)
     seconds = recorder.seconds[1:] or recorder.seconds
