@@ -258,8 +258,8 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path):
     python_path = os.pathsep.join(filter(None, [str(no_tensorflow.parent), os.environ.get("PYTHONPATH")]))
     training = subprocess.run(
         [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(prepared), "--out", str(trained),
-         "--job", "kept:trainer.epochs=2,trainer.average_last=2",
-         "--job", "other:model.dropout=0.0,data.subword_sampling=0",
+         "--job", "kept:trainer.epochs=2,trainer.average_last=2,model.late_dropout_after=1",
+         "--job", "other:model.dropout=0.0,model.late_dropout=null,data.subword_sampling=0",
          "--keep", "kept", "--shape-edges", "32,64,128"],
         capture_output=True, text=True, timeout=600,
         env=bench_env() | {"KERAS_BACKEND": "jax", "PYTHONPATH": python_path},
@@ -269,7 +269,8 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path):
     assert results["backend"] == "jax"
     kept, other = results["jobs"]["kept"], results["jobs"]["other"]
     assert kept["epochs"] == 2 and kept["averaged_checkpoints"] == 2 and len(kept["history"]) == 2
-    assert kept["config"]["model"]["dropout"] == 0.2 and other["config"]["model"]["dropout"] == 0.0
+    assert kept["config"]["model"]["dropout"] == 0.1 and other["config"]["model"]["dropout"] == 0.0
+    assert kept["config"]["model"]["late_dropout"] == 0.3  # the recipe's, switched on for kept's second epoch
     assert kept["sampled_draws"] == 2 and other["sampled_draws"] == 0
     assert "2 sampled segmentations (alpha 0.5) in turn" in training.stdout
     assert "weights" in kept and "weights" not in other and not (trained / "other").exists()
