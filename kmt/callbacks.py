@@ -13,6 +13,8 @@ from pathlib import Path
 
 import keras
 
+from kmt.model import residual_dropouts, set_residual_dropout
+
 logger = logging.getLogger(__name__)
 
 
@@ -284,19 +286,15 @@ class LateDropout(keras.callbacks.Callback):
         self.rate, self.after = rate, after
 
     def on_epoch_begin(self, epoch, logs=None):
-        from kmt.model import residual_dropouts
-
         if epoch < self.after:
             return
-        layers = [layer for layer in residual_dropouts(self.model) if layer.rate != self.rate]
-        if not layers:
+        before = residual_dropouts(self.model)[0].rate  # they are built at one rate and only ever set together
+        if before == self.rate:
             return
-        before = layers[0].rate
-        for layer in layers:
-            layer.rate = self.rate
+        count = set_residual_dropout(self.model, self.rate)
         self.model.make_train_function(force=True)
         logger.info("late dropout: residual and embedding dropout %g -> %g from epoch %d (%d layers)", before,
-                    self.rate, epoch + 1, len(layers))
+                    self.rate, epoch + 1, count)
 
 
 class TimeBudget(keras.callbacks.Callback):

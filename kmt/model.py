@@ -135,7 +135,19 @@ def residual_dropouts(model):
     for layer in model.layers:
         if isinstance(layer, keras.layers.Dropout):  # source_embedding_dropout, target_embedding_dropout
             found.append(layer)
-        elif isinstance(layer, EncoderLayer):  # DecoderLayer subclasses it and adds cross-attention
-            names = ("self_attention_dropout", "cross_attention_dropout", "feed_forward_dropout")
-            found += [getattr(layer, name) for name in names if hasattr(layer, name)]
+        elif isinstance(layer, EncoderLayer):  # and DecoderLayer, its subclass
+            found += layer.residual_dropouts()
     return found
+
+
+def set_residual_dropout(model, rate):
+    """Sets `build_transformer`'s `dropout` of a built model to `rate`: the rate of `residual_dropouts(model)` and
+    the encoder and decoder layers' own `dropout` (their config, which a saved `.keras` file keeps). Returns how many
+    Dropout layers it set. A train step traced before keeps the old rate until it is traced again."""
+    layers = residual_dropouts(model)
+    for layer in layers:
+        layer.rate = rate
+    for layer in model.layers:
+        if isinstance(layer, EncoderLayer):
+            layer.dropout = rate
+    return len(layers)

@@ -82,7 +82,7 @@ def build_callbacks(cfg, run_dir, tokens_per_epoch, val_bleu=None):
         EpochCheckpoint(checkpoints, keep=cfg.trainer.keep_checkpoints, monitor=cfg.trainer.monitor,
                         patience=cfg.trainer.patience),
     ]
-    if cfg.model.get("late_dropout") is not None:
+    if cfg.model.late_dropout is not None:
         callbacks.insert(0, LateDropout(cfg.model.late_dropout, cfg.model.late_dropout_after))
     if cfg.trainer.max_minutes:
         callbacks.append(TimeBudget(cfg.trainer.max_minutes * 60, logs / "history.csv"))

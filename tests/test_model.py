@@ -8,7 +8,7 @@ import pytest
 from keras import ops
 
 from kmt.losses import MaskedAccuracy, MaskedCrossEntropy
-from kmt.model import build_transformer, residual_dropouts
+from kmt.model import build_transformer, residual_dropouts, set_residual_dropout
 
 TINY = dict(vocab_size=23, num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.1)
 
@@ -100,6 +100,12 @@ def test_residual_dropouts_are_the_embeddings_and_sublayer_outputs_only():
     assert {layer.rate for layer in layers} == {0.3}
     every = [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.Dropout)]
     assert sorted(layer.rate for layer in every if layer not in layers) == [0.1] * 4 + [0.2] * 6
+
+    assert set_residual_dropout(model, 0.25) == len(layers)
+    assert {layer.rate for layer in layers} == {0.25}
+    assert sorted(layer.rate for layer in every if layer not in layers) == [0.1] * 4 + [0.2] * 6
+    configs = [layer.get_config() for layer in model.layers if "coder_layer" in layer.name]
+    assert len(configs) == 4 and {config["dropout"] for config in configs} == {0.25}  # what a .keras file keeps
 
 
 def test_saved_model_reloads_in_a_fresh_process(tmp_path, batch):

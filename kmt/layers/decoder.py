@@ -48,6 +48,9 @@ class DecoderLayer(EncoderLayer):
         )
         self.built = True
 
+    def residual_dropouts(self):
+        return [*super().residual_dropouts(), self.cross_attention_dropout]
+
     def call(
         self,
         inputs,

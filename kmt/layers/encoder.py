@@ -90,6 +90,10 @@ class EncoderLayer(keras.layers.Layer):
         self.feed_forward_norm, self.feed_forward_dropout = self._norm_and_dropout("feed_forward", inputs_shape)
         self.built = True
 
+    def residual_dropouts(self):
+        """The Dropout layers on the sublayers' outputs, before the residual connections (rate `dropout`)."""
+        return [self.self_attention_dropout, self.feed_forward_dropout]
+
     def call(self, inputs, attention_mask=None, training=None):
         x = residual(
             inputs,
