@@ -310,8 +310,7 @@ def run_job(name, cfg, meta, data, weights_dir, seconds_left, shape_edges=SHAPE_
           + (f"{len(draws)} sampled segmentations (alpha {cfg.data.subword_sampling:g}) in turn, "
              if draws else "") + f"overrides {OmegaConf.to_container(cfg.model)}", flush=True)
     recorder = epoch_recorder(name, cfg.trainer.average_last, budget)
-    late = cfg.model.late_dropout
-    late = [] if late is None else [LateDropout(late, cfg.model.late_dropout_after)]
+    late = [] if cfg.model.late_dropout is None else [LateDropout(cfg.model.late_dropout, cfg.model.late_dropout_after)]
     model.fit(train_batches.stream(cfg.seed), epochs=cfg.trainer.epochs, steps_per_epoch=steps,
               validation_data=fixed_batches(val), callbacks=[*late, recorder], verbose=0, shuffle=False)
     model.set_weights(recorder.average())
