@@ -14,12 +14,12 @@ split (as kmt-train does) and writes every split's ids. Subword regularization (
 En->De recipe uses) draws a new segmentation of the training pairs on every pass, with TensorFlow ops; here `prepare`
 makes `--draws` seeded draws instead (`kmt.data.pipeline.resample`; the first is the draw kmt-train sizes its epochs
 by), and training cycles through them, one a pass. `train` runs each `--job` (a name, then overrides of that config as
-`key=value,key=value`) in turn with `model.fit`, for `trainer.epochs` or until `trainer.max_minutes` or `--deadline`,
-whichever ends first; it averages the last `trainer.average_last` epochs, measures the average on val, and writes the
-averaged weights of each `--keep` job (float32, in files of under 16 MiB) with a `results.json` of every job's history
-and throughput. `finish` makes a run directory of a kept job under runs/bench/multi30k_<direction>_jax/ (config.yaml,
-tokenizer/, checkpoints/average_lastN.weights.h5), exports it with kmt-export, scores val and test_2016_flickr through
-the SavedModel with kmt-evaluate and prints the results row.
+`key=value,key=value`) in turn (with `--parallel`, all at once, a process each) with `model.fit`, for `trainer.epochs`
+or until `trainer.max_minutes` or `--deadline`, whichever ends first; it averages the last `trainer.average_last`
+epochs, measures the average on val, and writes the averaged weights of each `--keep` job (float32, in files of under
+16 MiB) with a `results.json` of every job's history and throughput. `finish` makes a run directory of a kept job
+under runs/bench/multi30k_<direction>_jax/ (config.yaml, tokenizer/, checkpoints/average_lastN.weights.h5), exports it
+with kmt-export, scores val and test_2016_flickr through the SavedModel with kmt-evaluate and prints the results row.
 
 Batches are the ones kmt-train makes (`kmt.data.pipeline`): sentences grouped by length (the longer of source and
 target + 1) into the recipe's buckets, `data.max_tokens // bucket edge` sentences each, shuffled sentences, then a
@@ -77,6 +77,10 @@ def parse_args(argv=None):
                             "(default: %(default)s)")
     train.add_argument("--deadline", type=float, default=0, metavar="SECONDS",
                        help="stop training (and start no job) this long after the start, keeping time to save")
+    train.add_argument("--parallel", action="store_true",
+                       help="run the jobs at once, one process each, sharing the accelerator (each gets an equal "
+                            "share of its memory unless XLA_PYTHON_CLIENT_MEM_FRACTION is set): their compilations "
+                            "overlap, and small models leave one job's accelerator mostly idle")
     finish = commands.add_parser("finish", help="here: run directory, SavedModel, val and test scores of a kept job")
     finish.add_argument("prepared", type=Path, help="the `prepare` directory the job trained on")
     finish.add_argument("trained", type=Path, help="the `train --out` directory")
@@ -261,6 +265,8 @@ def train(args):
                      "train on the best segmentation")
     if unknown := sorted(set(args.keep) - set(jobs)):
         sys.exit(f"error: --keep {' '.join(unknown)}: no --job of that name")
+    if args.parallel and len(jobs) > 1:
+        return train_in_parallel(args, started)
     args.out.mkdir(parents=True, exist_ok=True)
     arrays = dict(np.load(args.prepared / "ids.npz"))
     names = ["train", "val", *(f"train_draw{k}" for k in range(meta.get("draws", 0)))]
@@ -278,6 +284,44 @@ def train(args):
         results["jobs"][name] = run_job(name, cfg, meta, data, args.out if name in args.keep else None, remaining,
                                         shape_edges)
         (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(f"done in {time.perf_counter() - started:.0f} s", flush=True)
+
+
+def train_in_parallel(args, started):
+    """`train --parallel`: each job in a process of its own (this script, `train` with that one `--job`), all at
+    once; their output interleaves line by line, each line named by its job. Then `results.json` holds every job, as
+    when they run in turn, and the kept jobs' weights are moved to where `train` keeps them."""
+    staging = args.out / "jobs"
+    names = [spec.partition(":")[0] for spec in args.job]
+    env = dict(os.environ)
+    env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", f"{0.9 / len(names):.3f}")
+    processes = {}
+    for name, spec in zip(names, args.job):
+        command = [sys.executable, __file__, "train", str(args.prepared), "--out", str(staging / name), "--job", spec,
+                   "--shape-edges", args.shape_edges]
+        if args.deadline:
+            command += ["--deadline", str(args.deadline - (time.perf_counter() - started))]
+        if name in args.keep:
+            command += ["--keep", name]
+        processes[name] = subprocess.Popen(command, env=env)
+    codes = {name: process.wait() for name, process in processes.items()}  # Ctrl-C reaches them all
+    results = None
+    for name in names:
+        path = staging / name / "results.json"
+        if not path.is_file():
+            continue
+        finished = json.loads(path.read_text())
+        results = results or {key: value for key, value in finished.items() if key != "jobs"} | {"jobs": {}}
+        results["jobs"].update(finished["jobs"])
+        if (staging / name / name).is_dir():
+            shutil.rmtree(args.out / name, ignore_errors=True)
+            shutil.move(staging / name / name, args.out / name)
+    shutil.rmtree(staging)
+    if results is not None:
+        (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    if failed := [f"{name} (exit {code})" for name, code in codes.items() if code]:
+        rest = f"the others are in {args.out / 'results.json'}" if results else "no job finished"
+        sys.exit(f"error: jobs failed: {', '.join(failed)}; {rest}")
     print(f"done in {time.perf_counter() - started:.0f} s", flush=True)
 
 

@@ -256,11 +256,12 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path):
     no_tensorflow.mkdir(parents=True)
     (no_tensorflow / "__init__.py").write_text('raise ImportError("No module named \'tensorflow\'")\n')
     python_path = os.pathsep.join(filter(None, [str(no_tensorflow.parent), os.environ.get("PYTHONPATH")]))
+    # --parallel: each job trains in a process of its own (`train` with that one job), and the results come together.
     training = subprocess.run(
         [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(prepared), "--out", str(trained),
          "--job", "kept:trainer.epochs=2,trainer.average_last=2,model.late_dropout_after=1",
          "--job", "other:model.dropout=0.0,model.late_dropout=null,data.subword_sampling=0",
-         "--keep", "kept", "--shape-edges", "32,64,128"],
+         "--keep", "kept", "--shape-edges", "32,64,128", "--parallel"],
         capture_output=True, text=True, timeout=600,
         env=bench_env() | {"KERAS_BACKEND": "jax", "PYTHONPATH": python_path},
     )
@@ -274,6 +275,7 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path):
     assert kept["sampled_draws"] == 2 and other["sampled_draws"] == 0
     assert "2 sampled segmentations (alpha 0.5) in turn" in training.stdout
     assert "weights" in kept and "weights" not in other and not (trained / "other").exists()
+    assert sorted(path.name for path in trained.iterdir()) == ["kept", "results.json"]  # no job's own directory
     result = run_bench("multi30k_jax", "finish", str(prepared), str(trained), "--job", "kept",
                        "--run-dir", str(tmp_path / "run"))
     assert result.returncode == 0, result.stderr[-3000:]
