@@ -239,6 +239,9 @@ def train(args):
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from kmt.config import validate
+    from kmt.errors import ConfigError
+
     started = time.perf_counter()
     if keras.backend.backend() != "jax":
         sys.exit(f"error: train runs under Keras's JAX backend; set KERAS_BACKEND=jax (it is "
@@ -255,7 +258,8 @@ def train(args):
         name, _, overrides = spec.partition(":")
         try:
             jobs[name] = OmegaConf.merge(base, OmegaConf.from_dotlist([item for item in overrides.split(",") if item]))
-        except OmegaConfBaseException as error:
+            validate(jobs[name])  # as kmt-train checks its config: trainer.epochs=0 is an error, not a traceback
+        except (OmegaConfBaseException, ConfigError) as error:
             sys.exit(f"error: --job {spec}: {str(error).splitlines()[0]}")
         alpha, prepared_alpha = jobs[name].data.subword_sampling, meta.get("subword_sampling", 0)
         if alpha and alpha != prepared_alpha:  # the draws are made by `prepare`, at its alpha
@@ -263,6 +267,8 @@ def train(args):
             sys.exit(f"error: --job {spec}: data.subword_sampling={alpha:g} needs `prepare`'s draws at that alpha, "
                      f"and {args.prepared} holds {made}; prepare with data.subword_sampling={alpha:g}, or set 0 to "
                      "train on the best segmentation")
+    if len(jobs) < len(args.job):
+        sys.exit("error: --job names must differ: each job writes its results under its name")
     if unknown := sorted(set(args.keep) - set(jobs)):
         sys.exit(f"error: --keep {' '.join(unknown)}: no --job of that name")
     if args.parallel and len(jobs) > 1:
@@ -291,7 +297,7 @@ def train_in_parallel(args, started):
     """`train --parallel`: each job in a process of its own (this script, `train` with that one `--job`), all at
     once; their output interleaves line by line, each line named by its job. Then `results.json` holds every job, as
     when they run in turn, and the kept jobs' weights are moved to where `train` keeps them."""
-    staging = args.out / "jobs"
+    staging, made_out = args.out / "jobs", not args.out.exists()
     names = [spec.partition(":")[0] for spec in args.job]
     env = dict(os.environ)
     env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", f"{0.9 / len(names):.3f}")
@@ -316,9 +322,11 @@ def train_in_parallel(args, started):
         if (staging / name / name).is_dir():
             shutil.rmtree(args.out / name, ignore_errors=True)
             shutil.move(staging / name / name, args.out / name)
-    shutil.rmtree(staging)
+    shutil.rmtree(staging, ignore_errors=True)
     if results is not None:
         (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    elif made_out and not any(args.out.iterdir()):
+        args.out.rmdir()  # nothing finished: leave nothing behind
     if failed := [f"{name} (exit {code})" for name, code in codes.items() if code]:
         rest = f"the others are in {args.out / 'results.json'}" if results else "no job finished"
         sys.exit(f"error: jobs failed: {', '.join(failed)}; {rest}")

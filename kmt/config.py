@@ -8,7 +8,6 @@ before any data is read.
 from dataclasses import dataclass, field
 from typing import Optional
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from kmt.errors import ConfigError
@@ -145,6 +144,8 @@ def register_configs():
     """Registers the schema so that `conf/config.yaml` (defaults list `- kmt_schema`) is checked against it. Every
     group's option is merged onto its typed node there (`data: DataConfig`, ...), so the groups need no schema of
     their own, which `kmt-train --help` would list among their options."""
+    from hydra.core.config_store import ConfigStore  # here, so that `validate` needs only omegaconf (JAX bench)
+
     store = ConfigStore.instance()
     store.store(name="kmt_schema", node=Config)
 

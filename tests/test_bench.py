@@ -3,8 +3,10 @@ corpus with a tiny model (its figures are not checked: speed lives in benchmarks
 stops its training with it and ends with a one-line error."""
 
 import collections
+import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -250,6 +252,26 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path):
         f"error: --job a:data.subword_sampling=0.3: data.subword_sampling=0.3 needs `prepare`'s draws at that "
         f"alpha, and {prepared} holds draws at alpha 0.5; prepare with data.subword_sampling=0.3, or set 0 to train "
         "on the best segmentation")
+    for jobs, message in [
+        (["a:trainer.epochs=0", "b"], "error: --job a:trainer.epochs=0: trainer.epochs must be positive. Received: 0"),
+        (["a", "a:model.dropout=0.2"], "error: --job names must differ: each job writes its results under its name"),
+    ]:
+        rejected = subprocess.run(
+            [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(prepared), "--out", str(trained),
+             "--parallel", *itertools.chain.from_iterable(("--job", job) for job in jobs)],
+            capture_output=True, text=True, env=bench_env() | {"KERAS_BACKEND": "jax"})
+        assert rejected.returncode == 1 and "Traceback" not in rejected.stderr
+        assert rejected.stderr.strip().splitlines()[-1] == message
+    # A job that fails in its own process (here, unreadable ids) fails the whole call, in one last line.
+    broken = tmp_path / "broken"
+    shutil.copytree(prepared, broken)
+    (broken / "ids.npz").write_bytes(b"not an npz file")
+    failed = subprocess.run(
+        [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(broken), "--out", str(trained), "--parallel",
+         "--job", "a", "--job", "b:model.dropout=0.2"], capture_output=True, text=True,
+        env=bench_env() | {"KERAS_BACKEND": "jax"})
+    assert failed.returncode == 1
+    assert failed.stderr.strip().splitlines()[-1] == "error: jobs failed: a (exit 1), b (exit 1); no job finished"
     assert not trained.exists()  # nothing trained, nothing written
     # The GPU machines have JAX but no TensorFlow: here `import tensorflow` fails in `train` as it would there.
     no_tensorflow = tmp_path / "no_tensorflow" / "tensorflow"
