@@ -271,8 +271,8 @@ def train(args):
         sys.exit("error: --job names must differ: each job writes its results under its name")
     if unknown := sorted(set(args.keep) - set(jobs)):
         sys.exit(f"error: --keep {' '.join(unknown)}: no --job of that name")
-    if args.parallel and len(jobs) > 1:
-        return train_in_parallel(args, started)
+    if args.parallel and len(jobs) > 1:  # before `import jax` below: this process holds no accelerator memory
+        return train_in_parallel(args, list(jobs), started)
     args.out.mkdir(parents=True, exist_ok=True)
     arrays = dict(np.load(args.prepared / "ids.npz"))
     names = ["train", "val", *(f"train_draw{k}" for k in range(meta.get("draws", 0)))]
@@ -293,12 +293,11 @@ def train(args):
     print(f"done in {time.perf_counter() - started:.0f} s", flush=True)
 
 
-def train_in_parallel(args, started):
+def train_in_parallel(args, names, started):
     """`train --parallel`: each job in a process of its own (this script, `train` with that one `--job`), all at
     once; their output interleaves line by line, each line named by its job. Then `results.json` holds every job, as
     when they run in turn, and the kept jobs' weights are moved to where `train` keeps them."""
     staging, made_out = args.out / "jobs", not args.out.exists()
-    names = [spec.partition(":")[0] for spec in args.job]
     env = dict(os.environ)
     env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", f"{0.9 / len(names):.3f}")
     processes = {}
