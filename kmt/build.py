@@ -52,8 +52,9 @@ def build_schedule(optim_cfg, hidden_dim, total_steps):
 
 def build_optimizer(optim_cfg, schedule):
     """Adam with the paper's betas and epsilon, driven by `schedule` (see `build_schedule`), updating the weights
-    with the mean gradient of every `optim.gradient_accumulation_steps` batches. Its `iterations` count updates."""
-    return keras.optimizers.Adam(
+    with the mean gradient of every `optim.gradient_accumulation_steps` batches. Its `iterations` count updates.
+    With `optim.weight_decay`, it is AdamW: kernels and embeddings decay, biases and LayerNorm weights do not."""
+    optimizer = keras.optimizers.Adam(
         learning_rate=schedule,
         beta_1=optim_cfg.beta_1,
         beta_2=optim_cfg.beta_2,
@@ -61,7 +62,11 @@ def build_optimizer(optim_cfg, schedule):
         global_clipnorm=optim_cfg.clipnorm,
         gradient_accumulation_steps=optim_cfg.gradient_accumulation_steps if optim_cfg.gradient_accumulation_steps > 1
         else None,
+        weight_decay=optim_cfg.weight_decay or None,
     )
+    if optim_cfg.weight_decay:
+        optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+    return optimizer
 
 
 def compile_model(model, cfg, schedule):

@@ -87,6 +87,8 @@ class OptimConfig:
     epsilon: float = 1e-9
     label_smoothing: float = 0.1  # epsilon_ls of the paper
     clipnorm: Optional[float] = None  # clip gradients to this global norm; None: no clipping
+    weight_decay: float = 0.0  # decoupled weight decay (AdamW, Loshchilov & Hutter 2019): every update also shrinks
+    # the kernels and embeddings by learning rate x this (biases and LayerNorm scales and offsets are left alone); 0: Adam
     cooldown: float = 0.0  # last fraction of the run's updates (trainer.epochs) in which the rate falls linearly to ~0
     gradient_accumulation_steps: int = 1  # batches whose mean gradient makes one update (fairseq's --update-freq):
     # N x data.max_tokens tokens an update on a machine that holds one batch; warmup_steps and cooldown count updates
@@ -194,6 +196,7 @@ def validate(cfg):
         optim.gradient_accumulation_steps > 0,
         f"optim.gradient_accumulation_steps must be positive. Received: {optim.gradient_accumulation_steps}",
     )
+    _check(optim.weight_decay >= 0, f"optim.weight_decay must be >= 0. Received: {optim.weight_decay}")
     _check(optim.lr_scale > 0, f"optim.lr_scale must be positive. Received: {optim.lr_scale}")
     _check(0.0 <= optim.cooldown <= 1.0, f"optim.cooldown must be in [0, 1]. Received: {optim.cooldown}")
     _check(trainer.epochs > 0, f"trainer.epochs must be positive. Received: {trainer.epochs}")

@@ -70,3 +70,28 @@ def test_counts_updates_of_accumulated_batches():
     assert clone.get_config() == accumulated.get_config()
     with pytest.raises(ValueError, match="gradient_accumulation_steps=0"):
         NoamSchedule(hidden_dim=64, gradient_accumulation_steps=0)
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.5])
+def test_weight_decay_shrinks_kernels_and_embeddings_only(weight_decay):
+    """optim.weight_decay makes the optimizer AdamW: with a zero gradient (Adam's step is then zero) every kernel and
+    embedding shrinks by rate x decay in one update, and biases and LayerNorm weights stay as they were."""
+    from omegaconf import OmegaConf
+
+    from kmt.build import build_model, build_optimizer
+    from kmt.config import ModelConfig, OptimConfig
+
+    model_cfg = OmegaConf.structured(ModelConfig(num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32))
+    model = build_model(model_cfg, 20, 20)
+    for variable in model.trainable_variables:  # LayerNorm starts at 1 and 0, biases at 0: make them all non-zero
+        variable.assign(keras.random.uniform(variable.shape, 0.5, 1.5, seed=1))
+    optimizer = build_optimizer(OmegaConf.structured(OptimConfig(weight_decay=weight_decay)), 0.1)
+    before = {v.path: keras.ops.convert_to_numpy(v) for v in model.trainable_variables}
+    optimizer.apply([keras.ops.zeros(v.shape) for v in model.trainable_variables], model.trainable_variables)
+    decayed = set()
+    for variable in model.trainable_variables:
+        after = keras.ops.convert_to_numpy(variable)
+        if not np.allclose(after, before[variable.path]):
+            np.testing.assert_allclose(after, before[variable.path] * (1 - 0.1 * weight_decay), rtol=1e-5)
+            decayed.add(variable.name)
+    assert decayed == ({"kernel", "embeddings"} if weight_decay else set())

@@ -299,6 +299,7 @@ def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
         ("data.name=wmt", "data.name must be one of"),
         ("data.bucket_width=-2", "data.bucket_width must be >= 0. Received: -2"),
         ("optim.cooldown=1.5", "optim.cooldown must be in [0, 1]. Received: 1.5"),
+        ("optim.weight_decay=-0.01", "optim.weight_decay must be >= 0. Received: -0.01"),
         ("data.subword_sampling=-0.1", "data.subword_sampling must be >= 0. Received: -0.1"),
         ("data.subword_sampling=0.5 data.tokenizer.model_type=bpe", "needs data.tokenizer.model_type=unigram"),
         ("data.tokenized=true", "data.tokenized applies to data=multi30k only. Received: data.tokenized=true with "
