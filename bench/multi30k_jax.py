@@ -36,6 +36,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -297,7 +298,10 @@ def train_in_parallel(args, names, started):
     """`train --parallel`: each job in a process of its own (this script, `train` with that one `--job`), all at
     once; their output interleaves line by line, each line named by its job. Then `results.json` holds every job, as
     when they run in turn, and the kept jobs' weights are moved to where `train` keeps them."""
-    staging, made_out = args.out / "jobs", not args.out.exists()
+    made_out = not args.out.exists()
+    args.out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".jobs-", dir=args.out))  # a name no job will have: a job named "jobs"
+    # would otherwise move its weights onto the staging directory itself
     env = dict(os.environ)
     env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", f"{0.9 / len(names):.3f}")
     processes = {}

@@ -281,24 +281,24 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path):
     # --parallel: each job trains in a process of its own (`train` with that one job), and the results come together.
     training = subprocess.run(
         [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(prepared), "--out", str(trained),
-         "--job", "kept:trainer.epochs=2,trainer.average_last=2,model.late_dropout_after=1",
+         "--job", "jobs:trainer.epochs=2,trainer.average_last=2,model.late_dropout_after=1",
          "--job", "other:model.dropout=0.0,model.late_dropout=null,data.subword_sampling=0",
-         "--keep", "kept", "--shape-edges", "32,64,128", "--parallel"],
+         "--keep", "jobs", "--shape-edges", "32,64,128", "--parallel"],
         capture_output=True, text=True, timeout=600,
         env=bench_env() | {"KERAS_BACKEND": "jax", "PYTHONPATH": python_path},
     )
     assert training.returncode == 0, training.stderr[-3000:]
     results = json.loads((trained / "results.json").read_text())
     assert results["backend"] == "jax"
-    kept, other = results["jobs"]["kept"], results["jobs"]["other"]
+    kept, other = results["jobs"]["jobs"], results["jobs"]["other"]  # a job named as --parallel once staged
     assert kept["epochs"] == 2 and kept["averaged_checkpoints"] == 2 and len(kept["history"]) == 2
     assert kept["config"]["model"]["dropout"] == 0.1 and other["config"]["model"]["dropout"] == 0.0
     assert kept["config"]["model"]["late_dropout"] == 0.3  # the recipe's, switched on for kept's second epoch
     assert kept["sampled_draws"] == 2 and other["sampled_draws"] == 0
     assert "2 sampled segmentations (alpha 0.5) in turn" in training.stdout
     assert "weights" in kept and "weights" not in other and not (trained / "other").exists()
-    assert sorted(path.name for path in trained.iterdir()) == ["kept", "results.json"]  # no job's own directory
-    result = run_bench("multi30k_jax", "finish", str(prepared), str(trained), "--job", "kept",
+    assert sorted(path.name for path in trained.iterdir()) == ["jobs", "results.json"]  # no job's own directory
+    result = run_bench("multi30k_jax", "finish", str(prepared), str(trained), "--job", "jobs",
                        "--run-dir", str(tmp_path / "run"))
     assert result.returncode == 0, result.stderr[-3000:]
     row = json.loads(result.stdout.strip().splitlines()[-1])
