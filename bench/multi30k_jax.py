@@ -8,6 +8,7 @@ the work splits in three, the first and last where kmt is installed, the middle 
     KERAS_BACKEND=jax python bench/multi30k_jax.py train .gpu/en_de --out OUT --deadline 540 \\
         --job long:trainer.epochs=130,trainer.max_minutes=3.5 --job d03:trainer.epochs=130,model.dropout=0.3 --keep long
     python bench/multi30k_jax.py finish .gpu/en_de OUT --job long       # run dir, SavedModel, val and test rows
+    python bench/multi30k_jax.py score .gpu/en_de OUT                   # val BLEU of every job (train --decode)
 
 `prepare` composes `experiment=multi30k_<direction>` with any Hydra overrides, trains the vocabulary on the training
 split (as kmt-train does) and writes every split's ids. Subword regularization (`data.subword_sampling`, which the
@@ -20,6 +21,10 @@ epochs, measures the average on val, and writes the averaged weights of each `--
 16 MiB) with a `results.json` of every job's history and throughput. `finish` makes a run directory of a kept job
 under runs/bench/multi30k_<direction>_jax/ (config.yaml, tokenizer/, checkpoints/average_lastN.weights.h5), exports it
 with kmt-export, scores val and test_2016_flickr through the SavedModel with kmt-evaluate and prints the results row.
+Only a few jobs' weights fit what a call can bring back, so `train --decode` also translates val and test there
+with every job's averaged weights, searching as the SavedModel does (beam, length penalty, float32), and keeps the
+token ids in results.json; `score` detokenizes and scores them here (`--split test` to report once), every job in
+one table.
 
 Batches are the ones kmt-train makes (`kmt.data.pipeline`): sentences grouped by length (the longer of source and
 target + 1) into the recipe's buckets, `data.max_tokens // bucket edge` sentences each, shuffled sentences, then a
@@ -44,6 +49,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 SPLITS = ("train", "val", "test")
+DECODED = ("val", "test")  # the splits `train --decode` translates
 # Lengths the padded batches come in by default: one XLA compilation of the train step (and one of the eval step) per
 # edge used. On Multi30k these make 5 shapes, and the first epoch on an H200 took 91 s; kmt's own bucket edges
 # (kmt.data.buckets.BUCKET_EDGES) made 12, 192 s.
@@ -53,6 +59,10 @@ SHAPE_EDGES = (12, 16, 24, 32, 64, 128, 256, 512, 1024)
 DRAWS = 10
 SHUFFLE_BATCHES = 256  # kmt.data.pipeline.make_dataset's batch shuffle buffer
 MAX_FILE_BYTES = 15 * 2**20  # each weights file stays under the 16 MiB a file that the device tool brings back
+# `train --decode`: sentences a search batch holds. Multi30k's val (1,014) and test (1,000) go in one batch each, so in
+# one compilation each; at beam 10 that is 10,240 rows a step, a few GB of key/value cache.
+DECODE_BATCH = 1024
+END_ID = 3  # kmt.tokenizer.END_ID (kmt.tokenizer imports TensorFlow)
 
 
 def parse_args(argv=None):
@@ -82,11 +92,24 @@ def parse_args(argv=None):
                        help="run the jobs at once, one process each, sharing the accelerator (each gets an equal "
                             "share of its memory unless XLA_PYTHON_CLIENT_MEM_FRACTION is set): their compilations "
                             "overlap, and small models leave one job's accelerator mostly idle")
+    train.add_argument("--decode", action="store_true",
+                       help="after training, also translate val and test_2016_flickr there with each job's averaged "
+                            "weights (its decode.beam_size and decode.length_penalty, float32, as kmt-export "
+                            "decodes) and keep the token ids in results.json, for `score`: every job's BLEU, kept or "
+                            "not")
     finish = commands.add_parser("finish", help="here: run directory, SavedModel, val and test scores of a kept job")
     finish.add_argument("prepared", type=Path, help="the `prepare` directory the job trained on")
     finish.add_argument("trained", type=Path, help="the `train --out` directory")
     finish.add_argument("--job", required=True, help="a kept job's name")
     finish.add_argument("--run-dir", type=Path, help="default: runs/bench/multi30k_<direction>_jax/<job>_<time>")
+    score = commands.add_parser("score", help="here: BLEU and chrF of every job's translations made by `train "
+                                              "--decode`, no weights needed")
+    score.add_argument("prepared", type=Path, help="the `prepare` directory the jobs trained on")
+    score.add_argument("trained", type=Path, help="the `train --out` directory")
+    score.add_argument("--split", choices=("val", "test"), default="val",
+                       help="val (choose on it) or test (test_2016_flickr: report once) (default: %(default)s)")
+    score.add_argument("--job", action="append", default=[], metavar="NAME",
+                       help="score only this job (repeatable; default: every job with translations)")
     return parser.parse_args(argv)
 
 
@@ -133,6 +156,12 @@ def prepare(args):
         for side in ("source", "target"):
             arrays[f"{name}_{side}"] = getattr(split, side).flat_values.numpy().astype(np.int32)
             arrays[f"{name}_{side}_lengths"] = getattr(split, side).row_lengths().numpy().astype(np.int32)
+    # For `train --decode`: every source line of val and test, as the SavedModel reads it (cut to model.max_length;
+    # an empty line translates to an empty line), where the splits above drop pairs too long or empty to train on.
+    for name in DECODED:
+        ids = vocabularies.source.tokenize(corpus[name].source)[:, : cfg.model.max_length]
+        arrays[f"{name}_all_source"] = ids.flat_values.numpy().astype(np.int32)
+        arrays[f"{name}_all_source_lengths"] = ids.row_lengths().numpy().astype(np.int32)
     np.savez_compressed(args.out / "ids.npz", **arrays)
     meta = {"direction": args.direction, "overrides": args.overrides,
             "source_vocab_size": vocabularies.source.vocab_size, "target_vocab_size": vocabularies.target.vocab_size,
@@ -278,6 +307,11 @@ def train(args):
     arrays = dict(np.load(args.prepared / "ids.npz"))
     names = ["train", "val", *(f"train_draw{k}" for k in range(meta.get("draws", 0)))]
     data = {name: (ragged(arrays, name, "source"), ragged(arrays, name, "target")) for name in names}
+    if args.decode:
+        if missing := [name for name in DECODED if f"{name}_all_source" not in arrays]:
+            sys.exit(f"error: --decode needs every {' and '.join(missing)} source line, which {args.prepared} (made "
+                     "before --decode) lacks; run `prepare` again")
+        data |= {f"{name}_all": (ragged(arrays, f"{name}_all", "source"), None) for name in DECODED}
     import jax
 
     results = {"backend": keras.backend.backend(), "devices": [str(d) for d in jax.devices()],
@@ -289,7 +323,7 @@ def train(args):
             print(f"{name}: not started, {remaining:.0f} s left before --deadline", flush=True)
             continue
         results["jobs"][name] = run_job(name, cfg, meta, data, args.out if name in args.keep else None, remaining,
-                                        shape_edges)
+                                        shape_edges, args.decode)
         (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"done in {time.perf_counter() - started:.0f} s", flush=True)
 
@@ -312,6 +346,8 @@ def train_in_parallel(args, names, started):
             command += ["--deadline", str(args.deadline - (time.perf_counter() - started))]
         if name in args.keep:
             command += ["--keep", name]
+        if args.decode:
+            command += ["--decode"]
         processes[name] = subprocess.Popen(command, env=env)
     codes = {name: process.wait() for name, process in processes.items()}  # Ctrl-C reaches them all
     results = None
@@ -336,8 +372,9 @@ def train_in_parallel(args, names, started):
     print(f"done in {time.perf_counter() - started:.0f} s", flush=True)
 
 
-def run_job(name, cfg, meta, data, weights_dir, seconds_left, shape_edges=SHAPE_EDGES):
-    """Trains one job; returns its record for results.json (and writes its averaged weights to `weights_dir`)."""
+def run_job(name, cfg, meta, data, weights_dir, seconds_left, shape_edges=SHAPE_EDGES, decode=False):
+    """Trains one job; returns its record for results.json (and writes its averaged weights to `weights_dir`). With
+    `decode`, the record also holds the averaged weights' translations of val and test (`translate_splits`)."""
     import keras
     from omegaconf import OmegaConf
 
@@ -387,9 +424,48 @@ def run_job(name, cfg, meta, data, weights_dir, seconds_left, shape_edges=SHAPE_
     print(f"{name}: {job['epochs']} epochs, {job['steps']} updates in {job['run_seconds']:.0f} s "
           f"({job['tokens_per_second']:,.0f} target tokens/s); average of {job['averaged_checkpoints']} on val: "
           + ", ".join(f"{k} {v:.4f}" for k, v in job["averaged_val"].items()), flush=True)
+    if decode:
+        job["decoded"] = translate_splits(cfg, meta, model.get_weights(),
+                                          {split: data[f"{split}_all"][0] for split in DECODED})
+        print(f"{name}: translated " + ", ".join(f"{split} in {seconds:.0f} s" for split, seconds in
+                                                 job["decoded"]["seconds"].items())
+              + f" (beam {cfg.decode.beam_size}, alpha {cfg.decode.length_penalty:g})", flush=True)
     if weights_dir is not None:
         job["weights"] = save_weights(model.get_weights(), weights_dir / name)
     return job
+
+
+def translate_splits(cfg, meta, weights, sources, batch_size=DECODE_BATCH):
+    """Token ids of the translations of each split's `sources` (lists of id arrays) by a float32 model holding
+    `weights`, searched as kmt-export's SavedModel searches (`kmt.decoding.translate_ids` with `cfg.decode`'s beam,
+    length penalty and output limit): `{"hypotheses": {split: [[id, ...], ...]}, "seconds": {split: s}, ...}`, each
+    translation's ids up to its end token. A sentence's search does not depend on its batch-mates (each has its own
+    output limit, pad is masked), so sentences go in batches of up to `batch_size`, sorted by length. An empty source
+    translates to nothing, as the SavedModel's does."""
+    import keras
+
+    from kmt.build import build_model
+    from kmt.decoding import translate_ids
+
+    model = build_model(cfg.model, meta["source_vocab_size"], meta["target_vocab_size"], "float32")
+    model.set_weights(weights)
+    search = {key: cfg.decode[key] for key in ("beam_size", "length_penalty", "max_length_a", "max_length_b")}
+    decoded = {"hypotheses": {}, "seconds": {}, **search}
+    for split, rows in sources.items():
+        started, hypotheses = time.perf_counter(), [[] for _ in rows]
+        order = [i for i in np.argsort([len(row) for row in rows], kind="stable") if len(rows[i])]
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            source = np.zeros((len(batch), max(1, *(len(rows[i]) for i in batch))), np.int32)
+            for row, i in enumerate(batch):
+                source[row, : len(rows[i])] = rows[i]
+            tokens, _ = translate_ids(model, source, max_length=cfg.model.max_length, **search)
+            for row, i in zip(keras.ops.convert_to_numpy(tokens), batch):
+                stop = np.flatnonzero((row == END_ID) | (row == 0))  # the end token, or pad after a cut-off one
+                hypotheses[i] = row[: stop[0] if len(stop) else len(row)].tolist()
+        decoded["hypotheses"][split] = hypotheses
+        decoded["seconds"][split] = time.perf_counter() - started
+    return decoded
 
 
 def epoch_recorder(name, keep, budget):
@@ -577,6 +653,61 @@ def write_history(run_dir, cfg, job, prepared):
                 title=f"{cfg.name} ({job['config']['trainer']['precision']}, JAX): {run_dir.name}")
 
 
+def score(args):
+    """BLEU and chrF here of the translations `train --decode` made there: every such job, with its averaged val
+    perplexity, as one table (and a JSON line); each job's translations also go to `<trained>/<job>.<split>.hyp.<lang>`.
+    The ids are detokenized with the prepared vocabulary and scored as `kmt-evaluate` scores a SavedModel's output."""
+    import tensorflow as tf
+    from omegaconf import OmegaConf
+
+    from common import markdown_table, print_json
+    from kmt.data import load_corpus
+    from kmt.data.sources import multi30k_file
+    from kmt.scoring import tokenized_bleu, translation_scores
+    from kmt.tokenizer import Vocabularies
+
+    read_prepared(args.prepared)
+    if not (args.trained / "results.json").is_file():
+        sys.exit(f"error: {args.trained} holds no results.json; pass the directory `train --out` wrote")
+    jobs = json.loads((args.trained / "results.json").read_text())["jobs"]
+    decoded = {name: job for name, job in jobs.items() if "decoded" in job}
+    if unknown := [name for name in args.job if name not in decoded]:
+        sys.exit(f"error: --job {' '.join(unknown)}: no job of that name translated (train with --decode); "
+                 f"{args.trained / 'results.json'} has translations of {', '.join(decoded) or 'no job'}")
+    if not decoded:
+        sys.exit(f"error: no job in {args.trained / 'results.json'} has translations; train with --decode")
+    cfg = OmegaConf.load(args.prepared / "config.yaml")
+    cfg.data.download = False
+    references = list(load_corpus(cfg.data)[args.split].target)
+    tokenized_path = multi30k_file(cfg.data.dir, args.split, cfg.data.target_lang, tokenized=True)
+    tokenized = tokenized_path.read_text(encoding="utf-8").splitlines()[: len(references)]
+    target = Vocabularies.load(args.prepared / "tokenizer").target
+    rows = []
+    for name in args.job or decoded:
+        job = decoded[name]
+        ids = job["decoded"]["hypotheses"][args.split]
+        if len(ids) != len(references):  # a corpus changed since `prepare`: lines would not align
+            sys.exit(f"error: {name}: {len(ids)} translations of {args.split}, which has {len(references)} lines "
+                     f"now; prepare and train again")
+        ragged = tf.RaggedTensor.from_row_lengths(np.array([i for row in ids for i in row], np.int32),
+                                                  np.array([len(row) for row in ids], np.int64))
+        hypotheses = [line.decode("utf-8") for line in target.detokenize(ragged).numpy()]
+        (args.trained / f"{name}.{args.split}.hyp.{cfg.data.target_lang}").write_text(
+            "".join(f"{line}\n" for line in hypotheses), encoding="utf-8")
+        scores = translation_scores(hypotheses, references) | tokenized_bleu(hypotheses, tokenized,
+                                                                             cfg.data.target_lang)
+        rows.append({"job": name, "epochs": job["epochs"], "val_ppl": round(job["averaged_val"]["ppl"], 3),
+                     "bleu": round(scores["bleu"], 2), "tokenized_bleu": round(scores["tokenized_bleu"], 2),
+                     "chrf": round(scores["chrf"], 2), "length_ratio": round(scores["length_ratio"], 3),
+                     "beam": job["decoded"]["beam_size"], "alpha": job["decoded"]["length_penalty"]})
+    columns = [("job", "job"), ("epochs", "epochs"), ("val_ppl", "averaged val ppl"),
+               ("bleu", f"{args.split} sacreBLEU"), ("tokenized_bleu", "tok. BLEU"), ("chrf", "chrF"),
+               ("length_ratio", "hyp/ref length"), ("beam", "beam"), ("alpha", "alpha")]
+    print(markdown_table([{k: str(v) for k, v in row.items()} for row in rows], columns), end="")
+    print_json("multi30k_jax_score", trained=str(args.trained), split=args.split, rows=rows,
+               bleu_signature=scores["bleu_signature"])
+
+
 def val_scores_here(cfg, tokenizer_dir, model):
     """Loss (label-smoothed, as trained), token accuracy and perplexity of `model` on val through kmt's own
     TensorFlow pipeline: the check that the weights came across whole."""
@@ -596,7 +727,7 @@ def val_scores_here(cfg, tokenizer_dir, model):
 
 def main():
     args = parse_args()
-    {"prepare": prepare, "train": train, "finish": finish}[args.command](args)
+    {"prepare": prepare, "train": train, "finish": finish, "score": score}[args.command](args)
 
 
 if __name__ == "__main__":

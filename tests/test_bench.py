@@ -231,6 +231,8 @@ def test_the_jax_bench_trains_on_sampled_draws_one_a_pass_in_the_shapes_of_all(m
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
 def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path):
+    import numpy as np
+
     # The smoke vocabulary (323 pieces) spells sentences in up to 125 pieces, hence edges up to 128.
     prepared, trained = tmp_path / "prepared", tmp_path / "trained"
     # The recipe samples segmentations (data.subword_sampling=0.5): `prepare` draws two for `train` to cycle through.
@@ -281,9 +283,10 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path):
     # --parallel: each job trains in a process of its own (`train` with that one job), and the results come together.
     training = subprocess.run(
         [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(prepared), "--out", str(trained),
-         "--job", "jobs:trainer.epochs=2,trainer.average_last=2,model.late_dropout_after=1",
+         "--job", "jobs:trainer.epochs=2,trainer.average_last=2,model.late_dropout_after=1,decode.beam_size=3,"
+                  "decode.length_penalty=1.0,optim.lr_scale=4",
          "--job", "other:model.dropout=0.0,model.late_dropout=null,data.subword_sampling=0",
-         "--keep", "jobs", "--shape-edges", "32,64,128", "--parallel"],
+         "--keep", "jobs", "--shape-edges", "32,64,128", "--parallel", "--decode"],
         capture_output=True, text=True, timeout=600,
         env=bench_env() | {"KERAS_BACKEND": "jax", "PYTHONPATH": python_path},
     )
@@ -307,6 +310,36 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path):
     assert row["val_ppl"] == pytest.approx(kept["averaged_val"]["ppl"], rel=1e-3)
     assert (tmp_path / "run" / "export" / "saved_model.pb").is_file()
     assert 0 <= row["tokenized_bleu"] <= 100 and "| en->de |" in result.stdout
+    # `--decode` translated val and test there with every job's averaged weights, kept or not; `score` scores them
+    # here, and the kept job's translations are the ones its SavedModel makes of the same sentences.
+    assert kept["decoded"]["beam_size"] == 3 and other["decoded"]["beam_size"] == 1  # smoke decodes greedily
+    result = run_bench("multi30k_jax", "score", str(prepared), str(trained))
+    assert result.returncode == 0, result.stderr[-3000:]
+    scored = json.loads(result.stdout.strip().splitlines()[-1])
+    assert [r["job"] for r in scored["rows"]] == ["jobs", "other"] and "| other | 1 |" in result.stdout
+    device = (trained / "jobs.val.hyp.de").read_text(encoding="utf-8").splitlines()
+    saved_model = (tmp_path / "run" / "val.hyp.de").read_text(encoding="utf-8").splitlines()[: len(device)]
+    # Every line of debug=smoke's val (data.limit), the pairs too long to train on too. At the recipe's rate two
+    # epochs teach the kept job only pieces that detokenize to nothing; at 4 times it it writes text to compare.
+    assert len(device) == len(kept["decoded"]["hypotheses"]["val"]) == 300 and all(device)
+    assert device == saved_model
+    test = run_bench("multi30k_jax", "score", str(prepared), str(trained), "--split", "test", "--job", "jobs")
+    assert test.returncode == 0, test.stderr[-3000:]
+    assert [r["job"] for r in json.loads(test.stdout.strip().splitlines()[-1])["rows"]] == ["jobs"]
+    older = tmp_path / "older"  # a `prepare` directory from before --decode: no full val and test sources
+    shutil.copytree(prepared, older)
+    with np.load(prepared / "ids.npz") as arrays:
+        np.savez(older / "ids.npz", **{key: arrays[key] for key in arrays.files if "_all_" not in key})
+    rejected = subprocess.run(
+        [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(older), "--out", str(tmp_path / "o"),
+         "--job", "a", "--decode"], capture_output=True, text=True, env=bench_env() | {"KERAS_BACKEND": "jax"})
+    assert rejected.returncode == 1 and rejected.stderr.strip().splitlines()[-1] == (
+        f"error: --decode needs every val and test source line, which {older} (made before --decode) lacks; run "
+        "`prepare` again")
+    missing = run_bench("multi30k_jax", "score", str(prepared), str(trained), "--job", "nope")
+    assert missing.returncode == 1 and missing.stderr.strip().splitlines()[-1] == (
+        f"error: --job nope: no job of that name translated (train with --decode); {trained / 'results.json'} "
+        "has translations of jobs, other")
 
 
 def test_the_jax_bench_turns_bad_input_into_one_line(tmp_path):
