@@ -661,6 +661,7 @@ def score(args):
     from omegaconf import OmegaConf
 
     from common import markdown_table, print_json
+    from kmt.cli.errors import exit_on_user_error
     from kmt.data import load_corpus
     from kmt.data.sources import multi30k_file
     from kmt.scoring import tokenized_bleu, translation_scores
@@ -678,8 +679,11 @@ def score(args):
         sys.exit(f"error: no job in {args.trained / 'results.json'} has translations; train with --decode")
     cfg = OmegaConf.load(args.prepared / "config.yaml")
     cfg.data.download = False
-    references = list(load_corpus(cfg.data)[args.split].target)
+    with exit_on_user_error():  # the corpus moved or went missing since `prepare`: one line
+        references = list(load_corpus(cfg.data)[args.split].target)
     tokenized_path = multi30k_file(cfg.data.dir, args.split, cfg.data.target_lang, tokenized=True)
+    if not tokenized_path.is_file():
+        sys.exit(f"error: {tokenized_path} is missing: the tokenized references of {args.split}")
     tokenized = tokenized_path.read_text(encoding="utf-8").splitlines()[: len(references)]
     target = Vocabularies.load(args.prepared / "tokenizer").target
     rows = []
