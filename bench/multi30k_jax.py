@@ -438,10 +438,11 @@ def run_job(name, cfg, meta, data, weights_dir, seconds_left, shape_edges=SHAPE_
 def translate_splits(cfg, meta, weights, sources, batch_size=DECODE_BATCH):
     """Token ids of the translations of each split's `sources` (lists of id arrays) by a float32 model holding
     `weights`, searched as kmt-export's SavedModel searches (`kmt.decoding.translate_ids` with `cfg.decode`'s beam,
-    length penalty and output limit): `{"hypotheses": {split: [[id, ...], ...]}, "seconds": {split: s}, ...}`, each
-    translation's ids up to its end token. A sentence's search does not depend on its batch-mates (each has its own
-    output limit, pad is masked), so sentences go in batches of up to `batch_size`, sorted by length. An empty source
-    translates to nothing, as the SavedModel's does."""
+    length penalty and output limit): `{"hypotheses": {split: ["id id ...", ...]}, "seconds": {split: s}, ...}`,
+    each translation's ids up to its end token, space-separated (a line each in results.json, not a line an id). A
+    sentence's search does not depend on its batch-mates (each has its own output limit, pad is masked), so sentences
+    go in batches of up to `batch_size`, sorted by length. An empty source translates to nothing, as the SavedModel's
+    does."""
     import keras
 
     from kmt.build import build_model
@@ -452,7 +453,7 @@ def translate_splits(cfg, meta, weights, sources, batch_size=DECODE_BATCH):
     search = {key: cfg.decode[key] for key in ("beam_size", "length_penalty", "max_length_a", "max_length_b")}
     decoded = {"hypotheses": {}, "seconds": {}, **search}
     for split, rows in sources.items():
-        started, hypotheses = time.perf_counter(), [[] for _ in rows]
+        started, hypotheses = time.perf_counter(), ["" for _ in rows]
         order = [i for i in np.argsort([len(row) for row in rows], kind="stable") if len(rows[i])]
         for start in range(0, len(order), batch_size):
             batch = order[start : start + batch_size]
@@ -462,7 +463,7 @@ def translate_splits(cfg, meta, weights, sources, batch_size=DECODE_BATCH):
             tokens, _ = translate_ids(model, source, max_length=cfg.model.max_length, **search)
             for row, i in zip(keras.ops.convert_to_numpy(tokens), batch):
                 stop = np.flatnonzero((row == END_ID) | (row == 0))  # the end token, or pad after a cut-off one
-                hypotheses[i] = row[: stop[0] if len(stop) else len(row)].tolist()
+                hypotheses[i] = " ".join(map(str, row[: stop[0] if len(stop) else len(row)]))
         decoded["hypotheses"][split] = hypotheses
         decoded["seconds"][split] = time.perf_counter() - started
     return decoded
@@ -689,7 +690,7 @@ def score(args):
     rows = []
     for name in args.job or decoded:
         job = decoded[name]
-        ids = job["decoded"]["hypotheses"][args.split]
+        ids = [[int(i) for i in line.split()] for line in job["decoded"]["hypotheses"][args.split]]
         if len(ids) != len(references):  # a corpus changed since `prepare`: lines would not align
             sys.exit(f"error: {name}: {len(ids)} translations of {args.split}, which has {len(references)} lines "
                      f"now; prepare and train again")

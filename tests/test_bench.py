@@ -336,7 +336,8 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path):
     tokens, _ = translate_ids(model, source, beam_size=3, length_penalty=1.0, max_length_a=cfg.decode.max_length_a,
                               max_length_b=cfg.decode.max_length_b, max_length=cfg.model.max_length)
     stops = [np.flatnonzero((row == 3) | (row == 0)) for row in np.asarray(tokens)]  # the end token, or pad
-    here = [row[: stop[0] if len(stop) else len(row)].tolist() for row, stop in zip(np.asarray(tokens), stops)]
+    here = [" ".join(map(str, row[: stop[0] if len(stop) else len(row)]))
+            for row, stop in zip(np.asarray(tokens), stops)]
     assert kept["decoded"]["hypotheses"]["val"] == here and any(here)
     test = run_bench("multi30k_jax", "score", str(prepared), str(trained), "--split", "test", "--job", "jobs")
     assert test.returncode == 0, test.stderr[-3000:]
