@@ -441,30 +441,33 @@ def translate_splits(cfg, meta, weights, sources, batch_size=DECODE_BATCH):
     length penalty and output limit): `{"hypotheses": {split: ["id id ...", ...]}, "seconds": {split: s}, ...}`,
     each translation's ids up to its end token, space-separated (a line each in results.json, not a line an id). A
     sentence's search does not depend on its batch-mates (each has its own output limit, pad is masked), so sentences
-    go in batches of up to `batch_size`, sorted by length. An empty source translates to nothing, as the SavedModel's
-    does."""
+    go in batches of up to `batch_size`, sorted by length (`kmt.translation.map_sorted`). An empty source translates
+    to nothing, as the SavedModel's does."""
     import keras
 
     from kmt.build import build_model
     from kmt.decoding import translate_ids
+    from kmt.translation import map_sorted
 
     model = build_model(cfg.model, meta["source_vocab_size"], meta["target_vocab_size"], "float32")
     model.set_weights(weights)
     search = {key: cfg.decode[key] for key in ("beam_size", "length_penalty", "max_length_a", "max_length_b")}
+
+    def translate_batch(rows):
+        source = np.zeros((len(rows), max(1, *map(len, rows))), np.int32)
+        for i, row in enumerate(rows):
+            source[i, : len(row)] = row
+        tokens, _ = translate_ids(model, source, max_length=cfg.model.max_length, **search)
+        hypotheses = []
+        for row, tokens_row in zip(rows, keras.ops.convert_to_numpy(tokens)):
+            stop = np.flatnonzero((tokens_row == END_ID) | (tokens_row == 0))  # the end, or pad after a cut-off one
+            hypotheses.append(" ".join(map(str, tokens_row[: stop[0] if len(stop) else None])) if len(row) else "")
+        return hypotheses
+
     decoded = {"hypotheses": {}, "seconds": {}, **search}
     for split, rows in sources.items():
-        started, hypotheses = time.perf_counter(), ["" for _ in rows]
-        order = [i for i in np.argsort([len(row) for row in rows], kind="stable") if len(rows[i])]
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
-            source = np.zeros((len(batch), max(1, *(len(rows[i]) for i in batch))), np.int32)
-            for row, i in enumerate(batch):
-                source[row, : len(rows[i])] = rows[i]
-            tokens, _ = translate_ids(model, source, max_length=cfg.model.max_length, **search)
-            for row, i in zip(keras.ops.convert_to_numpy(tokens), batch):
-                stop = np.flatnonzero((row == END_ID) | (row == 0))  # the end token, or pad after a cut-off one
-                hypotheses[i] = " ".join(map(str, row[: stop[0] if len(stop) else len(row)]))
-        decoded["hypotheses"][split] = hypotheses
+        started = time.perf_counter()
+        decoded["hypotheses"][split] = map_sorted(translate_batch, rows, batch_size)
         decoded["seconds"][split] = time.perf_counter() - started
     return decoded
 
