@@ -693,13 +693,12 @@ def score(args):
     rows = []
     for name in args.job or decoded:
         job = decoded[name]
-        ids = [[int(i) for i in line.split()] for line in job["decoded"]["hypotheses"][args.split]]
-        if len(ids) != len(references):  # a corpus changed since `prepare`: lines would not align
-            sys.exit(f"error: {name}: {len(ids)} translations of {args.split}, which has {len(references)} lines "
+        lines = job["decoded"]["hypotheses"][args.split]
+        if len(lines) != len(references):  # a corpus changed since `prepare`: lines would not align
+            sys.exit(f"error: {name}: {len(lines)} translations of {args.split}, which has {len(references)} lines "
                      f"now; prepare and train again")
-        ragged = tf.RaggedTensor.from_row_lengths(np.array([i for row in ids for i in row], np.int32),
-                                                  np.array([len(row) for row in ids], np.int64))
-        hypotheses = [line.decode("utf-8") for line in target.detokenize(ragged).numpy()]
+        ids = tf.strings.to_number(tf.strings.split(lines), out_type=tf.int32)  # (N, None): "" is no ids
+        hypotheses = [line.decode("utf-8") for line in target.detokenize(ids).numpy()]
         (args.trained / f"{name}.{args.split}.hyp.{cfg.data.target_lang}").write_text(
             "".join(f"{line}\n" for line in hypotheses), encoding="utf-8")
         scores = translation_scores(hypotheses, references) | tokenized_bleu(hypotheses, tokenized,
