@@ -20,6 +20,7 @@ that continues the run from its last completed epoch.
 """
 
 import argparse
+import csv
 import datetime
 import json
 import os
@@ -103,7 +104,7 @@ def main():
         "epochs": metrics["train"]["epochs"],
         "train_minutes": round(metrics["train"]["run_seconds"] / 60, 1),  # every epoch, resumed or not
         "total_minutes": round(total_seconds / 60, 1),
-        "tokens_per_second": round(metrics["train"]["tokens_per_second"]),
+        "tokens_per_second": round(run_tokens_per_second(run_dir)),  # every epoch too
         "hardware": hardware(),
         "run_dir": str(run_dir),
         "command": " ".join(["python bench/multi30k.py", direction, *(["--tok-data"] if tok_data else []),
@@ -149,6 +150,16 @@ def run_child(command):
     if received:
         return status, received[0]
     return status, (signal.Signals(-status) if status < 0 else None)  # killed from outside (e.g. SIGKILL)
+
+
+def run_tokens_per_second(run_dir):
+    """Target tokens per second over every epoch of the run, resumed or not, from its history.csv (kmt-train's
+    `tokens_per_second` counts only its own invocation, and none for one that had no epoch left to train), leaving
+    out the first epoch, which pays for tracing, when there are more."""
+    with open(run_dir / "logs" / "history.csv", newline="", encoding="utf-8") as f:
+        epochs = [(float(row["tokens_per_second"]), float(row["epoch_seconds"])) for row in csv.DictReader(f)]
+    epochs = epochs[1:] or epochs
+    return sum(rate * seconds for rate, seconds in epochs) / sum(seconds for _, seconds in epochs)
 
 
 def run_overrides(run_dir, direction):

@@ -157,7 +157,7 @@ def _epochs(count):
 
 
 class StoppedEarly(Exception):
-    """Raised when a resumed run has already used up its patience, so `fit` trains nothing more."""
+    """Raised when a resumed run has already used up its patience or its time budget, so `fit` trains nothing more."""
 
 
 class EpochCheckpoint(keras.callbacks.Callback):
@@ -312,22 +312,41 @@ class TimeBudget(keras.callbacks.Callback):
         self.history_path = Path(history_path)
         self._durations = None
 
+    def _earlier(self, epoch):
+        """`epoch_seconds` of the epochs before `epoch`, from the history rows."""
+        durations = []
+        if self.history_path.exists():
+            with open(self.history_path, newline="", encoding="utf-8") as f:
+                for row in csv.DictReader(f):
+                    if int(row["epoch"]) < epoch and row.get("epoch_seconds"):
+                        durations.append(float(row["epoch_seconds"]))
+        return durations
+
+    def _spent(self, durations):
+        """True when one more epoch (as long as their mean) after `durations` would overrun the budget."""
+        spent = sum(durations)
+        return bool(durations) and spent + spent / len(durations) > self.max_seconds
+
+    def on_train_begin(self, logs=None):
+        # A resumed run that the budget had stopped (say, killed while it scored and exported) trains no more.
+        epochs_done = getattr(self.model, "_initial_epoch", None) or 0  # set by a resume (BackupAndRestore)
+        durations = self._earlier(epochs_done)
+        if self._spent(durations):
+            raise StoppedEarly(
+                f"time budget spent: {_epochs(len(durations))} took {sum(durations) / 60:.1f} of "
+                f"trainer.max_minutes={self.max_seconds / 60:g}, and one more would overrun it: nothing more to train"
+            )
+
     def on_epoch_begin(self, epoch, logs=None):
         if self._durations is None:  # first epoch of this invocation: count what earlier ones spent
-            self._durations = []
-            if self.history_path.exists():
-                with open(self.history_path, newline="", encoding="utf-8") as f:
-                    for row in csv.DictReader(f):
-                        if int(row["epoch"]) < epoch and row.get("epoch_seconds"):
-                            self._durations.append(float(row["epoch_seconds"]))
+            self._durations = self._earlier(epoch)
 
     def on_epoch_end(self, epoch, logs=None):
         self._durations.append((logs or {}).get("epoch_seconds", 0.0))
-        spent = sum(self._durations)
-        if spent + spent / len(self._durations) > self.max_seconds:
+        if self._spent(self._durations):
             logger.info(
-                "time budget: stopping after epoch %d, %.1f of %.1f minutes spent", epoch + 1, spent / 60,
-                self.max_seconds / 60,
+                "time budget: stopping after epoch %d, %.1f of %.1f minutes spent", epoch + 1,
+                sum(self._durations) / 60, self.max_seconds / 60,
             )
             self.model.stop_training = True
 

@@ -183,8 +183,8 @@ def _train(cfg, run_dir):
             raise KeyboardInterrupt
     except KeyboardInterrupt:
         raise Interrupted(model, run_dir, interrupt.received or signal.SIGINT) from None
-    except StoppedEarly as stopped:  # a resumed run whose patience was already spent: weights restored, go on
-        logger.info("early stopping: %s", stopped)
+    except StoppedEarly as stopped:  # a resumed run with no patience or time left: weights restored, go on
+        logger.info("resumed run: %s", stopped)
     wall_seconds = time.perf_counter() - started
     if schedule.cooldown_steps and int(model.optimizer.iterations) < total_steps:
         logger.warning(

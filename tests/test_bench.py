@@ -153,6 +153,24 @@ def test_stopping_the_multi30k_bench_stops_its_training_and_says_how_to_resume(t
     assert (run_dir / "checkpoints" / "interrupted.weights.h5").exists()
 
 
+@pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
+def test_the_multi30k_bench_prints_its_row_and_again_for_a_finished_run_resumed(tmp_path):
+    result = run_bench("multi30k", "en_de", "debug=smoke", "data.download=false", "trainer.epochs=2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    row = json.loads(result.stdout.strip().splitlines()[-1])
+    (run_dir,) = (tmp_path / "runs" / "bench" / "multi30k_en_de").iterdir()
+    assert json.loads((run_dir / "bench.json").read_text()) == row
+    assert row["epochs"] == 2 and row["tokens_per_second"] > 0 and 0 <= row["tokenized_bleu"] <= 100
+    assert "\n| direction | tok. BLEU | sacreBLEU | chrF |" in result.stdout
+    # Resuming it (as after a kill while it scored or exported) trains nothing and gives the same training figures.
+    # Before, the row's tokens/s was kmt-train's own invocation's: none, and the bench failed with a traceback.
+    result = run_bench("multi30k", "en_de", "--resume", f"runs/bench/multi30k_en_de/{run_dir.name}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    resumed = json.loads(result.stdout.strip().splitlines()[-1])
+    figures = ("epochs", "train_minutes", "tokens_per_second", "tokenized_bleu")
+    assert {key: resumed[key] for key in figures} == {key: row[key] for key in figures}
+
+
 def test_a_failed_training_ends_the_multi30k_bench_with_its_one_line_error(tmp_path):
     # The config is rejected before any corpus is read, so this needs no $KMT_DATA_DIR.
     result = run_bench("multi30k", "en_de", "debug=smoke", "trainer.epochs=0", timeout=300, cwd=tmp_path)

@@ -125,6 +125,25 @@ def test_time_budget_counts_the_epochs_of_earlier_invocations(tmp_path):
     assert _budget_run(TimeBudget(100, path), 2, 30.0) == [2]
 
 
+def test_a_resumed_run_whose_time_budget_is_spent_trains_no_more(tmp_path):
+    import keras
+
+    from kmt.callbacks import StoppedEarly, TimeBudget
+
+    path = tmp_path / "history.csv"
+    with open(path, "w", newline="") as f:  # three 30-second epochs, all covered by the resume state
+        csv.writer(f).writerows([["epoch", "epoch_seconds"], [0, 30], [1, 30], [2, 30]])
+    model = keras.Sequential([keras.layers.Dense(1)])
+    model._initial_epoch = 3  # what BackupAndRestore sets on a resume
+    budget = TimeBudget(100, path)
+    budget.set_model(model)
+    with pytest.raises(StoppedEarly, match=r"time budget spent: 3 epochs took 1.5 of trainer.max_minutes=1.66667"):
+        budget.on_train_begin()
+    budget = TimeBudget(150, path)  # room for a fourth epoch: training goes on
+    budget.set_model(model)
+    budget.on_train_begin()
+
+
 class _SwallowingCallback(keras.callbacks.Callback):
     """Delivers `signum` (SIGINT by default) at batch `at` inside a bare `except:`, the way some library code would
     swallow the KeyboardInterrupt of a Ctrl-C."""
