@@ -1,10 +1,11 @@
 """Subword vocabularies: SentencePiece models trained on the training split, run with tensorflow-text ops.
 
-Training uses the `sentencepiece` library (as keras-hub's `compute_sentence_piece_proto` does); tokenizing and
-detokenizing use `tensorflow_text.SentencepieceTokenizer`, a stock tensorflow-text op, so the very same model runs
-in tf.data during training and inside the exported SavedModel. SentencePiece is reversible (spaces are pieces), so
-detokenized output is plain text that sacreBLEU can score against raw references, and with `byte_fallback` a
-character never seen in training is spelled in UTF-8 bytes instead of becoming `<unk>`.
+Training uses the `sentencepiece` library (as keras-hub's `compute_sentence_piece_proto` does), and so does the
+seeded subword sampling of a training stream; tokenizing and detokenizing use
+`tensorflow_text.SentencepieceTokenizer`, a stock tensorflow-text op, so the very same model runs in tf.data during
+training and inside the exported SavedModel. SentencePiece is reversible (spaces are pieces), so detokenized output
+is plain text that sacreBLEU can score against raw references, and with `byte_fallback` a character never seen in
+training is spelled in UTF-8 bytes instead of becoming `<unk>`.
 
 Reserved ids, the same in every vocabulary: pad=0, unk=1, start (BOS)=2, end (EOS)=3.
 
@@ -15,6 +16,7 @@ and target share one vocabulary, otherwise `source.model` and `target.model`.
 import io
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
 SPECIAL_IDS = (PAD_ID, UNK_ID, START_ID, END_ID)
+_SAMPLING = threading.Lock()  # see Tokenizer._draw
 
 
 class Tokenizer:
@@ -66,23 +69,44 @@ class Tokenizer:
         ids = tf.ragged.boolean_mask(ids, ids > END_ID)  # (N, None): drop pad/unk/start/end ids
         return self._op.detokenize(ids)
 
-    def sampler(self, alpha):
+    def sampler(self, alpha, seed):
         """A `tokenize` that draws one segmentation of each string instead of the best one: subword regularization
         (Kudo, 2018) over every segmentation of SentencePiece's unigram lattice, with probabilities raised to the
-        power `alpha` (1: the model's own; towards 0: towards uniform, so more and shorter pieces). Made eagerly,
-        it can run inside a tf.data map. The op draws from SentencePiece's own generator, which TF's seed does
-        not reach."""
-        op = tf_text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32, nbest_size=-1, alpha=alpha)
-        return op.tokenize
+        power `alpha` (1: the model's own; towards 0: towards uniform, so more and shorter pieces).
+
+        Returns `(strings, draw) -> (N, None)` int32 RaggedTensor, for a tf.data map: `strings` is a `(N,)` tf.string
+        tensor and `draw` an int64 scalar that numbers the call (a chunk's index in the stream). Each call is `sample`
+        seeded from `seed` (an int, or a tuple of ints) and `draw` alone, so the same stream draws the same
+        segmentations whatever thread runs each call and in whatever order. It runs the `sentencepiece` library
+        through `tf.py_function`: tensorflow-text's sampling op draws from a generator that no seed reaches.
+        """
+        entropy = list(seed) if isinstance(seed, tuple) else [seed]
+
+        def draw(strings, number):
+            state = np.random.SeedSequence([*entropy, int(number)]).generate_state(1)[0]
+            return self._draw([text.decode() for text in strings.numpy()], alpha, int(state))
+
+        def tokenize(strings, number):
+            values, lengths = tf.py_function(draw, [strings, number], [tf.int32, tf.int64])
+            return tf.RaggedTensor.from_row_lengths(tf.ensure_shape(values, [None]), tf.ensure_shape(lengths, [None]))
+
+        return tokenize
 
     def sample(self, strings, alpha, seed):
-        """`sampler`'s draw for a list of strings, made with the `sentencepiece` library and `seed` on one thread
-        (threads would draw in any order), so the same call gives the same ids: `(N, None)` int32 RaggedTensor.
-        Seeds SentencePiece's global generator."""
-        sentencepiece.set_random_generator_seed(seed)
-        ids = self._processor.encode(list(strings), enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
+        """`sampler`'s draw for a list of strings, seeded with the int `seed`: `(N, None)` int32 RaggedTensor. The same
+        call gives the same ids."""
+        values, lengths = self._draw(strings, alpha, seed)
+        return tf.RaggedTensor.from_row_lengths(values, lengths)
+
+    def _draw(self, strings, alpha, seed):
+        # SentencePiece seeds each new thread's generator from one global seed, and a batch `encode` runs on new
+        # threads: set the seed and encode under one lock, on one thread (threads would draw in any order).
+        with _SAMPLING:
+            sentencepiece.set_random_generator_seed(seed)
+            ids = self._processor.encode(list(strings), enable_sampling=True, alpha=alpha, nbest_size=-1,
+                                         num_threads=1)
         values = np.fromiter((i for row in ids for i in row), dtype=np.int32)
-        return tf.RaggedTensor.from_row_lengths(values, np.array([len(row) for row in ids], dtype=np.int64))
+        return values, np.array([len(row) for row in ids], dtype=np.int64)
 
     def id_to_piece(self, ids):
         """Ids to their subword pieces, for logs and attention plots."""

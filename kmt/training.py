@@ -121,7 +121,7 @@ def _train(cfg, run_dir):
     epoch, resegment = splits["train"], None  # what an epoch of the training stream holds, and how it segments
     if cfg.data.subword_sampling:
         epoch = resample(splits["train"], vocabularies, max_length, cfg.data.subword_sampling, cfg.seed)
-        resegment = subword_sampler(vocabularies, cfg.data.subword_sampling)
+        resegment = subword_sampler(vocabularies, cfg.data.subword_sampling, cfg.seed)
         logger.info(
             "subword sampling (alpha %g): a pass draws %.1f%% more target tokens than the best segmentation",
             cfg.data.subword_sampling, 100 * (epoch.target_tokens / splits["train"].target_tokens - 1),

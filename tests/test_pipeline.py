@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from kmt.data import pipeline
 from kmt.data.buckets import bucket_edges
 from kmt.data.pipeline import count_batches, encode_split, make_dataset, resample, subword_sampler
 from kmt.data.sources import ParallelText
@@ -114,7 +115,7 @@ def test_an_epoch_of_a_repeated_stream_is_one_pass_over_the_pairs(vocabularies):
 def test_subword_sampling_resegments_every_pass_within_the_length_limit(vocabularies):
     varied = varied_split(vocabularies, 80, seed=3)
     stream = make_dataset(varied, 16, max_tokens=64, shuffle=True, seed=0, repeat=True,
-                          resegment=subword_sampler(vocabularies, 0.1))
+                          resegment=subword_sampler(vocabularies, 0.1, seed=0))
     pairs = {}  # source text -> the segmentations drawn for it
     for features, _ in stream.take(60):
         source, target_in = features["source"].numpy(), features["target_in"].numpy()
@@ -133,13 +134,14 @@ def test_subword_sampling_resegments_every_pass_within_the_length_limit(vocabula
     assert len(epoch) + epoch.dropped["too_long_sampled"] == len(varied)
 
 
-@pytest.mark.parametrize("stream", [{}, {"shuffle": True, "seed": 1, "repeat": True}])
-def test_batches_come_without_tf_data_autotuning_and_are_the_same_as_with_it(split, stream):
-    # Autotuning's model thread made fit wait for its next wake-up when it released the training iterator
-    # (pipeline.without_autotune).
-    assert make_dataset(split, max_length=16, batch_size=4, **stream).options().autotune.enabled is False
-    options = tf.data.Options()
-    options.autotune.enabled = True
-    batches = lambda data: [f["source"].numpy().tolist() for f, _ in data.take(12)]  # noqa: E731
-    assert batches(make_dataset(split, max_length=16, batch_size=4, **stream)) == batches(
-        make_dataset(split, max_length=16, batch_size=4, **stream).with_options(options))
+def test_a_subword_sampling_stream_is_the_same_for_the_same_seed(vocabularies, monkeypatch):
+    monkeypatch.setattr(pipeline, "RESEGMENT_CHUNK", 16)  # many chunks, drawn by a parallel map
+    varied = varied_split(vocabularies, 80, seed=3)
+
+    def batches(sampling_seed):
+        stream = make_dataset(varied, 16, max_tokens=64, shuffle=True, seed=1, repeat=True,
+                              resegment=subword_sampler(vocabularies, 0.1, sampling_seed))
+        return [(f["source"].numpy().tolist(), target.numpy().tolist()) for f, target in stream.take(60)]
+
+    assert batches(1) == batches(1)
+    assert batches(1) != batches(2)  # the same shuffle, other draws

@@ -1,3 +1,5 @@
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import tensorflow as tf
 
@@ -65,10 +67,21 @@ def test_bad_model_type_is_a_config_error():
 def test_sampling_draws_other_segmentations_of_the_same_text(tokenizer):
     sentences = SOURCES[:50]
     best = tokenizer.tokenize(tf.constant(sentences)).to_list()
-    drawn = tokenizer.sampler(0.1)(tf.constant(sentences))
-    assert drawn.to_list() != best and drawn.flat_values.shape[0] > sum(map(len, best))  # more, shorter pieces
-    assert [t.decode() for t in tokenizer.detokenize(drawn).numpy()] == sentences
     seeded = tokenizer.sample(sentences, 0.1, seed=5)
+    assert seeded.to_list() != best and seeded.flat_values.shape[0] > sum(map(len, best))  # more, shorter pieces
     assert seeded.to_list() == tokenizer.sample(sentences, 0.1, seed=5).to_list()
     assert seeded.to_list() != tokenizer.sample(sentences, 0.1, seed=6).to_list()
     assert [t.decode() for t in tokenizer.detokenize(seeded).numpy()] == sentences
+
+
+def test_a_sampler_draws_by_its_seed_and_draw_number_alone_on_any_thread(tokenizer):
+    sentences = tf.constant(SOURCES[:50])
+    draw = lambda seed, number: tokenizer.sampler(0.1, seed)(sentences, tf.constant(number, tf.int64))  # noqa: E731
+    first = draw((7, 0), 0).to_list()
+    assert [t.decode() for t in tokenizer.detokenize(tf.ragged.constant(first)).numpy()] == SOURCES[:50]
+    assert draw((7, 1), 0).to_list() != first and draw((7, 0), 1).to_list() != first
+    tokenizer.sample(SOURCES[:50], 0.1, seed=123)  # draws between the two calls do not shift the second
+    with ThreadPoolExecutor(1) as pool:  # nor does the thread it runs on (a tf.data map's)
+        assert pool.submit(lambda: draw((7, 0), 0).to_list()).result() == first
+    graph = tf.function(lambda number: tokenizer.sampler(0.1, (7, 0))(sentences, number))
+    assert graph(tf.constant(0, tf.int64)).to_list() == first

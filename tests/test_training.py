@@ -141,13 +141,17 @@ def test_cooldown_ends_with_the_run_and_a_cut_short_one_says_so(tmp_path, caplog
     assert "did not cool down; lower trainer.epochs" in caplog.text
 
 
-def test_subword_sampling_trains_on_longer_drawn_segmentations(tmp_path, caplog):
+def test_subword_sampling_trains_on_longer_drawn_segmentations_and_reproduces(tmp_path, caplog):
     caplog.set_level("INFO", logger="kmt.training")
-    train(compose_config("data.subword_sampling=0.1", "trainer.export=false"), tmp_path)
+    sampled = ["data.subword_sampling=0.1", "trainer.epochs=2", "trainer.export=false"]
+    train(compose_config(*sampled), tmp_path / "a")
     longer = re.search(r"subword sampling \(alpha 0.1\): a pass draws ([\d.]+)% more target tokens", caplog.text)
     assert longer and float(longer.group(1)) > 0
-    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "a" / "metrics.json").read_text())
     assert metrics["train"]["steps"] > 0 and metrics["val"]["loss"] > 0
+    train(compose_config(*sampled), tmp_path / "b")  # the draws are seeded: the same seed trains the same
+    losses = [[float(row[key]) for row in _history(tmp_path / run) for key in ("loss", "val_loss")] for run in "ab"]
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
 
 
 def test_late_dropout_changes_the_rate_from_its_epoch_and_again_after_a_resume(tmp_path, caplog):

@@ -101,11 +101,12 @@ def resample(split, vocabularies, max_length, alpha, seed):
     )
 
 
-def subword_sampler(vocabularies, alpha):
-    """`resegment` for `make_dataset`: samples a segmentation of each source and target string (`Tokenizer.sampler`)."""
-    source = vocabularies.source.sampler(alpha)
-    target = source if vocabularies.joint else vocabularies.target.sampler(alpha)
-    return lambda source_text, target_text: (source(source_text), target(target_text))
+def subword_sampler(vocabularies, alpha, seed):
+    """`resegment` for `make_dataset`: samples a segmentation of each source and target string (`Tokenizer.sampler`),
+    seeded from `seed` and the chunk's index in the stream."""
+    source = vocabularies.source.sampler(alpha, (seed, 0))
+    target = vocabularies.target.sampler(alpha, (seed, 1))
+    return lambda chunk, source_text, target_text: (source(source_text, chunk), target(target_text, chunk))
 
 
 def _to_example(source, target):
@@ -131,10 +132,11 @@ def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, 
             then compiles once per bucket instead of once per new shape. Defaults to `False`.
         bucket_width: int. Width of the length buckets in tokens (see `kmt.data.buckets.bucket_edges`); narrower
             buckets waste less compute on padding. 0 for the fixed `kmt.data.buckets.BUCKET_EDGES`. Defaults to `0`.
-        resegment: callable or None. Subword regularization (`subword_sampler`): maps a chunk of source and of
-            target strings to ragged ids, and the stream tokenizes the split's text afresh on every pass with it,
-            dropping pairs that come out longer than `max_length`, instead of reusing the split's ids. Its passes
-            then vary in length, so it is for a repeated training stream. Defaults to `None`.
+        resegment: callable or None. Subword regularization (`subword_sampler`): maps a chunk's index in the stream
+            and the chunk's source and target strings to ragged ids, and the stream tokenizes the split's text
+            afresh on every pass with it, dropping pairs that come out longer than `max_length`, instead of reusing
+            the split's ids. Its passes then vary in length, so it is for a repeated training stream. Defaults to
+            `None`.
 
     Returns a `tf.data.Dataset` of `({"source": (B, S), "target_in": (B, T)}, target_out (B, T))` int32.
     """
@@ -147,7 +149,9 @@ def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, 
     if repeat:
         dataset = dataset.repeat()
     if resegment is not None:
-        dataset = dataset.batch(RESEGMENT_CHUNK).map(resegment, num_parallel_calls=tf.data.AUTOTUNE)
+        dataset = dataset.batch(RESEGMENT_CHUNK).enumerate().map(
+            lambda chunk, texts: resegment(chunk, *texts), num_parallel_calls=tf.data.AUTOTUNE
+        )
         dataset = dataset.unbatch().filter(lambda source, target: _fits(tf.size(source), tf.size(target), max_length))
     dataset = dataset.map(_to_example, num_parallel_calls=tf.data.AUTOTUNE)
     edges, sizes = bucket_sizes(max_length, max_tokens, batch_size, bucket_width)
