@@ -163,6 +163,8 @@ def validate(cfg):
     _check(not missing, f"{', '.join(missing)} must be set, e.g. {missing[0] if missing else ''}=VALUE")
     model, data, optim, trainer, decode = cfg.model, cfg.data, cfg.optim, cfg.trainer, cfg.decode
     _check(data.name in DATASETS, f"data.name must be one of {', '.join(DATASETS)}. Received: {data.name!r}")
+    for key, seed in (("seed", cfg.seed), ("data.seed", data.seed)):  # what NumPy's generators take
+        _check(0 <= seed < 2**32, f"{key} must be in [0, 2**32). Received: {seed}")
     _check(
         not data.tokenized or data.name == "multi30k",
         f"data.tokenized applies to data=multi30k only. Received: data.tokenized=true with data={data.name}",

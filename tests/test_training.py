@@ -302,6 +302,8 @@ def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
         ("trainer.precision=float64", "trainer.precision must be one of"),
         ("data.name=wmt", "data.name must be one of"),
         ("data.bucket_width=-2", "data.bucket_width must be >= 0. Received: -2"),
+        ("seed=-1", "seed must be in [0, 2**32). Received: -1"),
+        ("data.seed=4294967296", "data.seed must be in [0, 2**32). Received: 4294967296"),
         ("optim.cooldown=1.5", "optim.cooldown must be in [0, 1]. Received: 1.5"),
         ("optim.weight_decay=-0.01", "optim.weight_decay must be >= 0. Received: -0.01"),
         ("data.subword_sampling=-0.1", "data.subword_sampling must be >= 0. Received: -0.1"),
