@@ -310,7 +310,7 @@ class TimeBudget(keras.callbacks.Callback):
         super().__init__()
         self.max_seconds = max_seconds
         self.history_path = Path(history_path)
-        self._durations = None
+        self._durations = []
 
     def _earlier(self, epoch):
         """`epoch_seconds` of the epochs before `epoch`, from the history rows."""
@@ -328,18 +328,15 @@ class TimeBudget(keras.callbacks.Callback):
         return bool(durations) and spent + spent / len(durations) > self.max_seconds
 
     def on_train_begin(self, logs=None):
-        # A resumed run that the budget had stopped (say, killed while it scored and exported) trains no more.
+        # Count what earlier invocations spent; a resumed run that the budget had stopped (say, killed while it
+        # scored and exported) trains no more.
         epochs_done = getattr(self.model, "_initial_epoch", None) or 0  # set by a resume (BackupAndRestore)
-        durations = self._earlier(epochs_done)
+        self._durations = durations = self._earlier(epochs_done)
         if self._spent(durations):
             raise StoppedEarly(
                 f"time budget spent: {_epochs(len(durations))} took {sum(durations) / 60:.1f} of "
                 f"trainer.max_minutes={self.max_seconds / 60:g}, and one more would overrun it: nothing more to train"
             )
-
-    def on_epoch_begin(self, epoch, logs=None):
-        if self._durations is None:  # first epoch of this invocation: count what earlier ones spent
-            self._durations = self._earlier(epoch)
 
     def on_epoch_end(self, epoch, logs=None):
         self._durations.append((logs or {}).get("epoch_seconds", 0.0))

@@ -76,14 +76,12 @@ class Tokenizer:
 
         Returns `(strings, draw) -> (N, None)` int32 RaggedTensor, for a tf.data map: `strings` is a `(N,)` tf.string
         tensor and `draw` an int64 scalar that numbers the call (a chunk's index in the stream). Each call is `sample`
-        seeded from `seed` (an int, or a tuple of ints) and `draw` alone, so the same stream draws the same
+        seeded from `seed` (a tuple of ints) and `draw` alone, so the same stream draws the same
         segmentations whatever thread runs each call and in whatever order. It runs the `sentencepiece` library
         through `tf.py_function`: tensorflow-text's sampling op draws from a generator that no seed reaches.
         """
-        entropy = list(seed) if isinstance(seed, tuple) else [seed]
-
         def draw(strings, number):
-            state = np.random.SeedSequence([*entropy, int(number)]).generate_state(1)[0]
+            state = np.random.SeedSequence([*seed, int(number)]).generate_state(1)[0]
             return self._draw([text.decode() for text in strings.numpy()], alpha, int(state))
 
         def tokenize(strings, number):

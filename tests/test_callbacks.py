@@ -99,10 +99,11 @@ def _budget_run(budget, first_epoch, seconds):
 
     model = keras.Sequential([keras.layers.Dense(1)])
     model.stop_training = False  # what fit sets before the first epoch
+    model._initial_epoch = first_epoch  # what BackupAndRestore sets on a resume
     budget.set_model(model)
+    budget.on_train_begin()
     epoch = first_epoch
     while True:
-        budget.on_epoch_begin(epoch)
         budget.on_epoch_end(epoch, {"epoch_seconds": seconds})
         epoch += 1
         if budget.model.stop_training:

@@ -145,3 +145,15 @@ def test_a_subword_sampling_stream_is_the_same_for_the_same_seed(vocabularies, m
 
     assert batches(1) == batches(1)
     assert batches(1) != batches(2)  # the same shuffle, other draws
+
+
+@pytest.mark.parametrize("stream", [{}, {"shuffle": True, "seed": 1, "repeat": True}])
+def test_batches_come_without_tf_data_autotuning_and_are_the_same_as_with_it(split, stream):
+    # Autotuning's model thread made fit wait for its next wake-up when it released the training iterator
+    # (pipeline.without_autotune).
+    assert make_dataset(split, max_length=16, batch_size=4, **stream).options().autotune.enabled is False
+    options = tf.data.Options()
+    options.autotune.enabled = True
+    batches = lambda data: [f["source"].numpy().tolist() for f, _ in data.take(12)]  # noqa: E731
+    assert batches(make_dataset(split, max_length=16, batch_size=4, **stream)) == batches(
+        make_dataset(split, max_length=16, batch_size=4, **stream).with_options(options))
