@@ -33,6 +33,24 @@ def run_bench(script, *args, timeout=600, cwd=BENCH.parent):
                           timeout=timeout, env=bench_env(), cwd=cwd)
 
 
+@pytest.fixture
+def multi30k_head(tmp_path_factory, monkeypatch):
+    """$KMT_DATA_DIR for the test: the first lines of the real Multi30k En-De files (raw and tok/), enough for a smoke
+    run (`data.limit=300`), with val and test short enough that the benches' beam searches through their SavedModels
+    take seconds, where all 1,014 and 1,000 sentences took a minute of a 2-core CI machine."""
+    corpus = Path(os.environ["KMT_DATA_DIR"]) / "multi30k"
+    head = tmp_path_factory.mktemp("data")
+    for stem, lines in [("train", 400), ("val", 48), ("test_2016_flickr", 48)]:
+        for lang in ("en", "de"):
+            for name in (f"{stem}.{lang}", f"tok/{stem}.lc.norm.tok.{lang}"):
+                path = head / "multi30k" / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(corpus / name, encoding="utf-8") as f:
+                    path.write_text("".join(itertools.islice(f, lines)), encoding="utf-8")
+    monkeypatch.setenv("KMT_DATA_DIR", str(head))
+    return head
+
+
 def test_every_script_is_listed():
     runnable = {path.stem for path in BENCH.glob("*.py") if 'if __name__ == "__main__"' in path.read_text()}
     assert runnable == set(SCRIPTS)
@@ -154,7 +172,7 @@ def test_stopping_the_multi30k_bench_stops_its_training_and_says_how_to_resume(t
 
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
-def test_the_multi30k_bench_finishes_a_resumed_run_that_had_trained_all_its_epochs(tmp_path):
+def test_the_multi30k_bench_finishes_a_resumed_run_that_had_trained_all_its_epochs(tmp_path, multi30k_head):
     # As after a kill while the bench scored or exported: resuming trains nothing and prints the run's row. Before,
     # the row's tokens/s was kmt-train's own invocation's, none, and the bench failed with a traceback.
     run_dir = tmp_path / "runs" / "bench" / "multi30k_en_de" / "finished"
@@ -251,7 +269,7 @@ def test_the_jax_bench_trains_on_sampled_draws_one_a_pass_in_the_shapes_of_all(m
 
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
-def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path):
+def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path, multi30k_head):
     import numpy as np
 
     # The smoke vocabulary (323 pieces) spells sentences in up to 125 pieces, hence edges up to 128.
@@ -340,7 +358,7 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path):
     assert [r["job"] for r in scored["rows"]] == ["jobs", "other"] and "| other | 1 |" in result.stdout
     device = (trained / "jobs.val.hyp.de").read_text(encoding="utf-8").splitlines()
     saved_model = (tmp_path / "run" / "val.hyp.de").read_text(encoding="utf-8").splitlines()[: len(device)]
-    assert len(device) == len(kept["decoded"]["hypotheses"]["val"]) == 300  # debug=smoke's val (data.limit), all of it
+    assert len(device) == len(kept["decoded"]["hypotheses"]["val"]) == 48  # all of val (multi30k_head's)
     assert device == saved_model
     # The same search's token ids here, under TensorFlow, from the weights `finish` saved: text alone would not show
     # pieces that detokenize to nothing, which a model trained this briefly may emit.

@@ -370,16 +370,19 @@ def test_an_ensemble_picks_each_token_by_the_mean_of_its_models_probabilities():
     their probabilities, never picks pad, and pads after the end."""
     models = _ensemble()
     tokens, scores = (_np(x) for x in translate_ids(models, SOURCE, max_length=8))
-    prefix, total, done = np.full((3, 1), START, "int32"), np.zeros(3), np.zeros(3, bool)
-    for _ in range(8):
-        probs = np.mean([np.exp(_log_softmax(_np(m({"source": SOURCE, "target_in": prefix}, training=False))[:, -1]))
+    # The prefix so far, then pad: the decoder is causal, so position t's logits see tokens 0..t only. One width for
+    # every step, so that JAX compiles each model's ops once rather than once a prefix length (a minute of CI).
+    prefix, total, done = np.full((3, 9), PAD, "int32"), np.zeros(3), np.zeros(3, bool)
+    prefix[:, 0] = START
+    for t in range(8):
+        probs = np.mean([np.exp(_log_softmax(_np(m({"source": SOURCE, "target_in": prefix}, training=False))[:, t]))
                          for m in models], axis=0)  # (B, V)
         probs[:, PAD] = 0.0
         token = probs.argmax(axis=-1)
         total += np.where(done, 0.0, np.log(probs[np.arange(3), token]))
         token = np.where(done, PAD, token)
         done |= token == END
-        prefix = np.concatenate([prefix, token[:, None].astype("int32")], axis=1)
+        prefix[:, t + 1] = token
     np.testing.assert_array_equal(tokens, prefix[:, 1:])
     np.testing.assert_allclose(scores, total, atol=1e-4)
     for model in models:  # the ensemble's choices are neither model's own
