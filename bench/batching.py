@@ -28,9 +28,6 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import kmt  # noqa: E402, F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
-import numpy as np  # noqa: E402
-
 from common import (add_recipe_arguments, fit_seconds, median, print_json, print_table,  # noqa: E402
                     recipe_model, recipe_training_split, require_positive)
 
@@ -55,6 +52,8 @@ def parse_args(argv=None):
 
 def fill(dataset):
     """Batches, sentences, and real tokens over padded positions on each side, over one pass of `dataset`."""
+    import numpy as np
+
     batches = sentences = 0
     real, padded = np.zeros(2), np.zeros(2)
     for features, target_out in dataset:
@@ -67,7 +66,8 @@ def fill(dataset):
 
 
 def main(argv=None):
-    args = parse_args(argv)
+    args = parse_args(argv)  # before TensorFlow is imported (seconds): --help and usage errors answer at once
+    import kmt  # noqa: F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
     from kmt.data.buckets import bucket_edges
     from kmt.data.pipeline import count_batches, make_dataset
 

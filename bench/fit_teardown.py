@@ -23,9 +23,6 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import kmt  # noqa: E402, F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
-import tensorflow as tf  # noqa: E402
-
 from common import (add_recipe_arguments, fit_seconds, median, print_json, print_table,  # noqa: E402
                     recipe_model, recipe_training_split, require_positive)
 
@@ -43,6 +40,8 @@ def parse_args(argv=None):
 
 
 def stream(train, cfg, seed, autotune):
+    import tensorflow as tf
+
     from kmt.data.pipeline import make_dataset
 
     dataset = make_dataset(train, cfg.model.max_length, max_tokens=cfg.data.max_tokens,
@@ -54,7 +53,8 @@ def stream(train, cfg, seed, autotune):
 
 
 def main(argv=None):
-    args = parse_args(argv)
+    args = parse_args(argv)  # before TensorFlow is imported (seconds): --help and usage errors answer at once
+    import kmt  # noqa: F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
     cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)
     model = recipe_model(cfg, vocabularies, 10 * args.steps * (args.repeats + 1))
     print(f"{args.experiment}: {len(train):,} training pairs; {model.count_params():,} parameters, "

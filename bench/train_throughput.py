@@ -29,11 +29,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import kmt  # noqa: F401  (before keras: its import keeps TensorFlow's start-up lines out of the output)
-import keras
-import numpy as np
-from keras import ops
-
 from common import fit_seconds, median, print_json, print_table, require_positive, timed
 
 FRAMEWORKS = ("kmt", "keras_hub", "torch")
@@ -95,7 +90,6 @@ def parse_args(argv=None):
         parser.error(f"--vocab must exceed the 4 reserved ids. Received: {args.vocab}")
     if not 0.0 <= args.dropout < 1.0:
         parser.error(f"--dropout must be in [0, 1). Received: {args.dropout}")
-    args.jit_compile = args.jit_compile or keras.backend.backend() == "jax"
     return args
 
 
@@ -128,32 +122,36 @@ def training_flops(batch_size, source_length, target_length, num_layers, hidden_
 def synthetic_batches(steps, batch_size, length, vocab_size, seed):
     """`steps` batches of `(source (B, S), target_in (B, T), target_out (B, T))` int32 ids, uniform in
     [4, vocab_size), no padding; target_in and target_out are one sequence shifted by one token."""
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     source = rng.integers(4, vocab_size, size=(steps, batch_size, length), dtype=np.int32)  # (N, B, S)
     target = rng.integers(4, vocab_size, size=(steps, batch_size, length + 1), dtype=np.int32)  # (N, B, T+1)
     return [(source[i], target[i, :, :-1], target[i, :, 1:]) for i in range(steps)]
 
 
-class SyntheticBatches(keras.utils.PyDataset):
-    """The batches as a Keras `PyDataset` of numpy arrays, for backends without TensorFlow (JAX on a GPU box)."""
-
-    def __init__(self, batches):
-        super().__init__()
-        self.batches = batches
-
-    def __len__(self):
-        return len(self.batches)
-
-    def __getitem__(self, index):
-        source, target_in, target_out = self.batches[index]
-        return {"source": source, "target_in": target_in}, target_out
-
-
 def keras_dataset(batches):
-    """A repeating `tf.data.Dataset` of the batches when TensorFlow is installed, else a `SyntheticBatches`."""
+    """A repeating `tf.data.Dataset` of the batches when TensorFlow is installed, else a Keras `PyDataset` of the
+    numpy arrays (for backends without TensorFlow: JAX on a GPU box)."""
+    import keras
+    import numpy as np
+
     try:
         import tensorflow as tf
     except ImportError:
+
+        class SyntheticBatches(keras.utils.PyDataset):
+            def __init__(self, batches):
+                super().__init__()
+                self.batches = batches
+
+            def __len__(self):
+                return len(self.batches)
+
+            def __getitem__(self, index):
+                source, target_in, target_out = self.batches[index]
+                return {"source": source, "target_in": target_in}, target_out
+
         return SyntheticBatches(batches)
     if keras.backend.backend() != "tensorflow":
         tf.config.set_visible_devices([], "GPU")  # tf.data only feeds; the accelerator belongs to the backend
@@ -181,6 +179,8 @@ def keras_runner(name, model, data, hidden_dim, jit_compile, tied, perplexity=Tr
     """Compiles `model` as kmt's `compile_model` does (Adam(0.9, 0.98, 1e-9) on `NoamSchedule`,
     `MaskedCrossEntropy(0.1)`, `MaskedAccuracy`, and `MaskedPerplexity` unless not `perplexity`); each epoch is one
     `model.fit` of `steps` steps on `data`."""
+    import keras
+
     from kmt.losses import MaskedAccuracy, MaskedCrossEntropy, MaskedPerplexity
     from kmt.schedule import NoamSchedule
 
@@ -202,6 +202,8 @@ def keras_runner(name, model, data, hidden_dim, jit_compile, tied, perplexity=Tr
 
 def build_runners(args, sizes, batches):
     """One runner per available framework, in `args.frameworks` order; prints why torch is skipped if it is."""
+    import keras
+
     runners = []
     keras.utils.set_random_seed(args.seed)
     keras.config.set_dtype_policy(args.precision)
@@ -249,6 +251,9 @@ def build_runners(args, sizes, batches):
 def keras_matmul_tflops(size=MATMUL_SIZE, repeats=MATMUL_REPEATS):
     """Median float32 TFLOP/s of one `(size, size)` matmul with `keras.ops.matmul`, compiled by the backend
     (`tf.function` or `jax.jit`)."""
+    import keras
+    from keras import ops
+
     backend = keras.backend.backend()
     matmul = ops.matmul
     if backend == "tensorflow":
@@ -271,6 +276,8 @@ def keras_matmul_tflops(size=MATMUL_SIZE, repeats=MATMUL_REPEATS):
 
 def measure_peaks(runners):
     """The float32 matmul TFLOP/s of the Keras backend, and of torch when a torch runner is present."""
+    import keras
+
     peaks = {keras.backend.backend(): keras_matmul_tflops()}
     if any(runner.name == "torch" for runner in runners):
         import torch_transformer
@@ -281,6 +288,8 @@ def measure_peaks(runners):
 
 def device_name():
     """The JAX accelerator's kind when the backend is JAX on a GPU or TPU, else `"cpu"`."""
+    import keras
+
     if keras.backend.backend() == "jax":
         import jax
 
@@ -304,7 +313,11 @@ def time_epochs(runners, steps, warmup, repeats):
 
 
 def main(argv=None):
-    args = parse_args(argv)
+    args = parse_args(argv)  # before Keras imports TensorFlow (seconds): --help and usage errors answer at once
+    import kmt  # noqa: F401  (before keras: its import keeps TensorFlow's start-up lines out of the output)
+    import keras
+
+    args.jit_compile = args.jit_compile or keras.backend.backend() == "jax"
     sizes = PRESETS[args.preset]
     batches = synthetic_batches(max(args.steps, args.warmup), args.batch_size, args.length, args.vocab, args.seed)
     runners = build_runners(args, sizes, batches)
