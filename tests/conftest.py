@@ -19,10 +19,22 @@ def _fresh_keras_state():
 
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
-    """One `kmt-train debug=smoke` run (dates, greedy export), shared read-only by the CLI and export tests."""
+    """One `kmt-train debug=smoke` run (dates, greedy export), shared read-only by the CLI and export tests.
+
+    Trained once for the whole session, also under pytest-xdist, which makes a session fixture once in every worker:
+    the first worker to ask trains it under a lock, in a folder of the run that every worker sees; the others wait
+    for it, then read it."""
+    import fcntl
+
     from tests.helpers import run_cli
 
-    run_dir = tmp_path_factory.mktemp("smoke") / "run"
-    result = run_cli("train", "debug=smoke", "trainer.epochs=2", f"hydra.run.dir={run_dir}")
-    assert result.returncode == 0, result.stderr[-3000:]
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # each worker's base folder lies in the run's
+    run_dir = shared / "smoke_run"
+    with open(shared / "smoke_run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (run_dir / "metrics.json").exists():  # written last, so the run is whole
+            result = run_cli("train", "debug=smoke", "trainer.epochs=2", f"hydra.run.dir={run_dir}")
+            assert result.returncode == 0, result.stderr[-3000:]
     return run_dir
