@@ -274,6 +274,13 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path, mu
 
     # The smoke vocabulary (323 pieces) spells sentences in up to 125 pieces, hence edges up to 128.
     prepared, trained = tmp_path / "prepared", tmp_path / "trained"
+    # The GPU machines have JAX but no TensorFlow: here `import tensorflow` fails in `train` as it would there (and
+    # each `train` process is spared the seconds that importing it takes).
+    no_tensorflow = tmp_path / "no_tensorflow" / "tensorflow"
+    no_tensorflow.mkdir(parents=True)
+    (no_tensorflow / "__init__.py").write_text('raise ImportError("No module named \'tensorflow\'")\n')
+    python_path = os.pathsep.join(filter(None, [str(no_tensorflow.parent), os.environ.get("PYTHONPATH")]))
+    jax_env = bench_env() | {"KERAS_BACKEND": "jax", "PYTHONPATH": python_path}
     # The recipe samples segmentations (data.subword_sampling=0.5): `prepare` draws two for `train` to cycle through.
     result = run_bench("multi30k_jax", "prepare", "en_de", "debug=smoke", "data.download=false",
                        "trainer.precision=float32", "--draws", "2", "--out", str(prepared))
@@ -281,13 +288,13 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path, mu
     assert "subword sampling (alpha 0.5): 2 draws of the training split" in result.stdout
     misspelt = subprocess.run(
         [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(prepared), "--out", str(trained),
-         "--job", "a:model.dropuot=0.1"], capture_output=True, text=True, env=bench_env() | {"KERAS_BACKEND": "jax"})
+         "--job", "a:model.dropuot=0.1"], capture_output=True, text=True, env=jax_env)
     assert misspelt.returncode == 1 and "Traceback" not in misspelt.stderr
     assert misspelt.stderr.strip().splitlines()[-1].startswith("error: --job a:model.dropuot=0.1: Key 'dropuot'")
     sampling = subprocess.run(
         [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(prepared), "--out", str(trained),
          "--job", "a:data.subword_sampling=0.3"], capture_output=True, text=True,
-        env=bench_env() | {"KERAS_BACKEND": "jax"})
+        env=jax_env)
     assert sampling.returncode == 1 and "Traceback" not in sampling.stderr
     assert sampling.stderr.strip().splitlines()[-1] == (
         f"error: --job a:data.subword_sampling=0.3: data.subword_sampling=0.3 needs `prepare`'s draws at that "
@@ -300,7 +307,7 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path, mu
         rejected = subprocess.run(
             [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(prepared), "--out", str(trained),
              "--parallel", *itertools.chain.from_iterable(("--job", job) for job in jobs)],
-            capture_output=True, text=True, env=bench_env() | {"KERAS_BACKEND": "jax"})
+            capture_output=True, text=True, env=jax_env)
         assert rejected.returncode == 1 and "Traceback" not in rejected.stderr
         assert rejected.stderr.strip().splitlines()[-1] == message
     # A job that fails in its own process (here, unreadable ids) fails the whole call, in one last line.
@@ -310,15 +317,10 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path, mu
     failed = subprocess.run(
         [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(broken), "--out", str(trained), "--parallel",
          "--job", "a", "--job", "b:model.dropout=0.2"], capture_output=True, text=True,
-        env=bench_env() | {"KERAS_BACKEND": "jax"})
+        env=jax_env)
     assert failed.returncode == 1
     assert failed.stderr.strip().splitlines()[-1] == "error: jobs failed: a (exit 1), b (exit 1); no job finished"
     assert not trained.exists()  # nothing trained, nothing written
-    # The GPU machines have JAX but no TensorFlow: here `import tensorflow` fails in `train` as it would there.
-    no_tensorflow = tmp_path / "no_tensorflow" / "tensorflow"
-    no_tensorflow.mkdir(parents=True)
-    (no_tensorflow / "__init__.py").write_text('raise ImportError("No module named \'tensorflow\'")\n')
-    python_path = os.pathsep.join(filter(None, [str(no_tensorflow.parent), os.environ.get("PYTHONPATH")]))
     # --parallel: each job trains in a process of its own (`train` with that one job), and the results come together.
     training = subprocess.run(
         [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(prepared), "--out", str(trained),
@@ -327,7 +329,7 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path, mu
          "--job", "other:model.dropout=0.0,model.late_dropout=null,data.subword_sampling=0",
          "--keep", "jobs", "--shape-edges", "32,64,128", "--parallel", "--decode"],
         capture_output=True, text=True, timeout=600,
-        env=bench_env() | {"KERAS_BACKEND": "jax", "PYTHONPATH": python_path},
+        env=jax_env,
     )
     assert training.returncode == 0, training.stderr[-3000:]
     results = json.loads((trained / "results.json").read_text())
@@ -387,7 +389,7 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path, mu
         np.savez(older / "ids.npz", **{key: arrays[key] for key in arrays.files if "_all_" not in key})
     rejected = subprocess.run(
         [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(older), "--out", str(tmp_path / "o"),
-         "--job", "a", "--decode"], capture_output=True, text=True, env=bench_env() | {"KERAS_BACKEND": "jax"})
+         "--job", "a", "--decode"], capture_output=True, text=True, env=jax_env)
     assert rejected.returncode == 1 and rejected.stderr.strip().splitlines()[-1] == (
         f"error: --decode needs every val and test source line, which {older} (made before --decode) lacks; run "
         "`prepare` again")
