@@ -6,6 +6,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import subprocess
 import sys
 
@@ -152,18 +153,17 @@ def test_export_rebuilds_from_a_checkpoint(smoke_run, tmp_path):
     )
     missing = run_cli("export", smoke_run, "--checkpoint", tmp_path / "nope.weights.h5")
     assert missing.returncode == 2 and "no checkpoint at" in missing.stderr
-    averaged = run_cli("export", smoke_run, "--average", "2", "--output", tmp_path / "avg")
+    # --average writes its checkpoint into the run: a copy, since other workers read smoke_run meanwhile
+    run = shutil.copytree(smoke_run, tmp_path / "run", ignore=shutil.ignore_patterns("export"))
+    averaged = run_cli("export", run, "--average", "2", "--output", tmp_path / "avg")
     assert averaged.returncode == 0, averaged.stderr[-2000:]
-    assert (smoke_run / "checkpoints" / "average_last2.weights.h5").exists()
+    assert (run / "checkpoints" / "average_last2.weights.h5").exists()
     too_many = run_cli("export", smoke_run, "--average", "9")
     assert too_many.returncode == 2 and "needs 9 epoch checkpoints" in too_many.stderr
 
 
 def test_export_ensembles_runs_that_share_a_vocabulary(smoke_run, tmp_path):
-    import shutil
-
     from kmt.tokenizer import Vocabularies, train_tokenizer
-
     from kmt.training import train
     from tests.helpers import compose_config
 
@@ -208,8 +208,6 @@ def test_export_samples_for_back_translation(smoke_run, tmp_path):
 
 
 def test_a_run_saved_before_a_decode_option_existed_gets_its_default(smoke_run, tmp_path):
-    import shutil
-
     from omegaconf import OmegaConf
     from omegaconf.errors import ValidationError
 
