@@ -24,31 +24,32 @@ def _history(run_dir):
         return list(csv.DictReader(f))
 
 
-def test_smoke_run_makes_every_file_and_resumes(tmp_path):
-    run_dir = tmp_path / "run"
-    result = run_cli("train", "debug=smoke", f"hydra.run.dir={run_dir}")
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_smoke_run_makes_every_file_and_resumes(smoke_run, tmp_path):
+    # smoke_run is `kmt-train debug=smoke trainer.epochs=2`, as a user would first run it.
     for path in [".hydra/config.yaml", "config.yaml", "tokenizer/joint.model", "checkpoints/epoch_001.weights.h5",
-                 "checkpoints/best.weights.h5", "logs/history.csv", "logs/curves.png", "model.keras", "metrics.json",
-                 "train.log", "export/saved_model.pb"]:
-        assert (run_dir / path).exists(), path
-    assert list((run_dir / "logs").glob("train/events.out.tfevents.*"))
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+                 "checkpoints/epoch_002.weights.h5", "checkpoints/best.weights.h5", "logs/history.csv",
+                 "logs/curves.png", "model.keras", "metrics.json", "train.log", "export/saved_model.pb"]:
+        assert (smoke_run / path).exists(), path
+    assert list((smoke_run / "logs").glob("train/events.out.tfevents.*"))
+    metrics = json.loads((smoke_run / "metrics.json").read_text())
     assert set(metrics) >= {"train", "val", "test"}
-    assert metrics["train"]["tokens_per_second"] > 0 and metrics["train"]["epochs"] == 1
-    assert [row["epoch"] for row in _history(run_dir)] == ["0"]
-    vocabulary = (run_dir / "tokenizer" / "joint.model").read_bytes()
+    assert metrics["train"]["tokens_per_second"] > 0 and metrics["train"]["epochs"] == 2
+    assert [row["epoch"] for row in _history(smoke_run)] == ["0", "1"]
 
-    again = run_cli("train", "debug=smoke", f"hydra.run.dir={run_dir}", "trainer.epochs=2", "trainer.export=false")
+    # Asked for more epochs, the same command goes on from the run's last epoch (in a copy: smoke_run is shared).
+    run_dir = shutil.copytree(smoke_run, tmp_path / "run", ignore=shutil.ignore_patterns("export"))
+    kept = (run_dir / "checkpoints" / "epoch_002.weights.h5").read_bytes()
+    again = run_cli("train", "debug=smoke", f"hydra.run.dir={run_dir}", "trainer.epochs=3", "trainer.export=false")
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "resuming after epoch 1 at optimizer step" in again.stdout + again.stderr
+    assert "resuming after epoch 2 at optimizer step" in again.stdout + again.stderr
     history = _history(run_dir)
-    assert [row["epoch"] for row in history] == ["0", "1"]
-    assert float(history[1]["learning_rate"]) != float(history[0]["learning_rate"])  # the schedule went on
-    assert (run_dir / "checkpoints" / "epoch_001.weights.h5").exists()  # not overwritten, kept
-    assert (run_dir / "checkpoints" / "epoch_002.weights.h5").exists()
+    assert [row["epoch"] for row in history] == ["0", "1", "2"]
+    assert float(history[2]["learning_rate"]) != float(history[1]["learning_rate"])  # the schedule went on
+    assert (run_dir / "checkpoints" / "epoch_002.weights.h5").read_bytes() == kept  # not overwritten, kept
+    assert (run_dir / "checkpoints" / "epoch_003.weights.h5").exists()
+    vocabulary = (smoke_run / "tokenizer" / "joint.model").read_bytes()
     assert (run_dir / "tokenizer" / "joint.model").read_bytes() == vocabulary
-    assert json.loads((run_dir / "metrics.json").read_text())["train"]["epochs"] == 2
+    assert json.loads((run_dir / "metrics.json").read_text())["train"]["epochs"] == 3
 
 
 def test_fine_tuning_starts_from_another_runs_vocabulary_and_weights(smoke_run, tmp_path, caplog):
