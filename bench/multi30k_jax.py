@@ -661,6 +661,17 @@ def score(args):
     """BLEU and chrF here of the translations `train --decode` made there: every such job, with its averaged val
     perplexity, as one table (and a JSON line); each job's translations also go to `<trained>/<job>.<split>.hyp.<lang>`.
     The ids are detokenized with the prepared vocabulary and scored as `kmt-evaluate` scores a SavedModel's output."""
+    read_prepared(args.prepared)  # the arguments first: a mistake in them is told before TensorFlow loads
+    if not (args.trained / "results.json").is_file():
+        sys.exit(f"error: {args.trained} holds no results.json; pass the directory `train --out` wrote")
+    jobs = json.loads((args.trained / "results.json").read_text())["jobs"]
+    decoded = {name: job for name, job in jobs.items() if "decoded" in job}
+    if unknown := [name for name in args.job if name not in decoded]:
+        sys.exit(f"error: --job {' '.join(unknown)}: no job of that name translated (train with --decode); "
+                 f"{args.trained / 'results.json'} has translations of {', '.join(decoded) or 'no job'}")
+    if not decoded:
+        sys.exit(f"error: no job in {args.trained / 'results.json'} has translations; train with --decode")
+
     import tensorflow as tf
     from omegaconf import OmegaConf
 
@@ -671,16 +682,6 @@ def score(args):
     from kmt.scoring import tokenized_bleu, translation_scores
     from kmt.tokenizer import Vocabularies
 
-    read_prepared(args.prepared)
-    if not (args.trained / "results.json").is_file():
-        sys.exit(f"error: {args.trained} holds no results.json; pass the directory `train --out` wrote")
-    jobs = json.loads((args.trained / "results.json").read_text())["jobs"]
-    decoded = {name: job for name, job in jobs.items() if "decoded" in job}
-    if unknown := [name for name in args.job if name not in decoded]:
-        sys.exit(f"error: --job {' '.join(unknown)}: no job of that name translated (train with --decode); "
-                 f"{args.trained / 'results.json'} has translations of {', '.join(decoded) or 'no job'}")
-    if not decoded:
-        sys.exit(f"error: no job in {args.trained / 'results.json'} has translations; train with --decode")
     cfg = OmegaConf.load(args.prepared / "config.yaml")
     cfg.data.download = False
     with exit_on_user_error():  # the corpus moved or went missing since `prepare`: one line

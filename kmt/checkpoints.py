@@ -38,23 +38,30 @@ def find_checkpoint(run_dir, which):
     return path
 
 
-def load_run_model(run_dir, checkpoint="last"):
-    """`(cfg, vocabularies, model)` of a run: the model rebuilt from its `config.yaml` and `tokenizer/`, with
-    the weights of `checkpoint` (see `find_checkpoint`), uncompiled, in float32."""
+def load_run_config(run_dir):
+    """A run's resolved `config.yaml`; a `KmtError` when `run_dir` has none."""
     from omegaconf import OmegaConf
 
-    from kmt.build import build_model
     from kmt.config import DecodeConfig
-    from kmt.tokenizer import Vocabularies
 
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise KmtError(f"{run_dir} is not a kmt run directory (no config.yaml)")
-    path = find_checkpoint(run_dir, checkpoint)
     cfg = OmegaConf.load(run_dir / "config.yaml")
     # Onto the schema: a run saved before a decode option existed gets its default, and overrides are type-checked.
     cfg.decode = OmegaConf.merge(OmegaConf.structured(DecodeConfig), cfg.get("decode", {}))
-    vocabularies = Vocabularies.load(run_dir / "tokenizer")
+    return cfg
+
+
+def load_run_model(run_dir, checkpoint="last"):
+    """`(cfg, vocabularies, model)` of a run: the model rebuilt from its `config.yaml` and `tokenizer/`, with
+    the weights of `checkpoint` (see `find_checkpoint`), uncompiled, in float32."""
+    from kmt.build import build_model
+    from kmt.tokenizer import Vocabularies
+
+    cfg = load_run_config(run_dir)
+    path = find_checkpoint(run_dir, checkpoint)
+    vocabularies = Vocabularies.load(Path(run_dir) / "tokenizer")
     model = build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size, "float32")
     model.load_weights(path)
     return cfg, vocabularies, model

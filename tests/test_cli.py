@@ -201,10 +201,12 @@ def test_export_samples_for_back_translation(smoke_run, tmp_path):
     translated = run_cli("translate", tmp_path / "sample", input="Tuesday, March 5, 1996\n" * 20)
     assert translated.returncode == 0, translated.stderr[-2000:]
     assert len(set(translated.stdout.splitlines())) > 1  # 20 draws from an undertrained model's distribution
-    both = run_cli("export", smoke_run, "--sampling-topk", "0", "--beam-size", "4", "--output", tmp_path / "no")
+    both = run_cli("export", smoke_run, "--sampling-topk", "0", "--beam-size", "4", "--average", "2",
+                   "--output", tmp_path / "no")
     assert both.returncode == 2 and both.stderr.strip().splitlines()[-1] == (
         "error: decode.sampling_topk samples with decode.beam_size=1 only. Received: sampling_topk=0, beam_size=4"
     )
+    assert not (smoke_run / "checkpoints" / "average_last2.weights.h5").exists()  # refused before any work
 
 
 def test_a_run_saved_before_a_decode_option_existed_gets_its_default(smoke_run, tmp_path):

@@ -59,7 +59,8 @@ def main(argv=None):
     with exit_on_user_error():
         from kmt.build import build_translator
         from kmt.callbacks import save_weights_atomically
-        from kmt.checkpoints import average_checkpoints, last_epoch_checkpoints, load_run_model
+        from kmt.checkpoints import (average_checkpoints, find_checkpoint, last_epoch_checkpoints,
+                                     load_run_config, load_run_model)
         from kmt.config import validate_decode
         from kmt.errors import KmtError
         from kmt.export import export_translator
@@ -69,22 +70,9 @@ def main(argv=None):
         if others and args.checkpoint not in ("last", "best"):
             raise KmtError(f"--ensemble loads every run at --checkpoint last or best (or --average N), not one run's "
                            f"weights file. Received: --checkpoint {args.checkpoint}")
-        cfg, vocabularies, model = load_run_model(run_dir, args.checkpoint)
-        members = [(run_dir, model)]
-        for run in others:
-            tokenizer_dir = run / "tokenizer"
-            if Vocabularies.exists(tokenizer_dir) and not Vocabularies.load(tokenizer_dir).same_as(vocabularies):
-                raise KmtError(f"--ensemble: {run} has another vocabulary than {run_dir}; an ensemble's runs must "
-                               "share one (train them on the same data with the same data.tokenizer settings)")
-            members.append((run, load_run_model(run, args.checkpoint)[2]))
-        sources = []
-        for run, model in members:
-            source = args.checkpoint
-            if args.average:
-                average_checkpoints(model, last_epoch_checkpoints(run, args.average))
-                source = run / "checkpoints" / f"average_last{args.average}.weights.h5"
-                save_weights_atomically(model, source)
-            sources.append(f"{run}:{source}" if others else str(source))
+        # Everything a mistake could be in is checked before any model loads or any averaged checkpoint is written:
+        # the search settings, each run's vocabulary and the weights files asked for.
+        cfg = load_run_config(run_dir)
         if args.beam_size is not None:
             cfg.decode.beam_size = args.beam_size
         if args.length_penalty is not None:
@@ -98,9 +86,31 @@ def main(argv=None):
         if args.sampling_topp is not None:
             cfg.decode.sampling_topp = args.sampling_topp
         validate_decode(cfg.decode)
+        vocabularies = Vocabularies.load(run_dir / "tokenizer")
+        for run in others:
+            load_run_config(run)  # a run directory
+            if not Vocabularies.load(run / "tokenizer").same_as(vocabularies):
+                raise KmtError(f"--ensemble: {run} has another vocabulary than {run_dir}; an ensemble's runs must "
+                               "share one (train them on the same data with the same data.tokenizer settings)")
+        runs = [run_dir, *others]
+        for run in runs:
+            if args.average:
+                last_epoch_checkpoints(run, args.average)
+            else:
+                find_checkpoint(run, args.checkpoint)
+
+        sources, models = [], []
+        for run in runs:
+            model = load_run_model(run, args.checkpoint)[2]
+            source = args.checkpoint
+            if args.average:
+                average_checkpoints(model, last_epoch_checkpoints(run, args.average))
+                source = run / "checkpoints" / f"average_last{args.average}.weights.h5"
+                save_weights_atomically(model, source)
+            sources.append(f"{run}:{source}" if others else str(source))
+            models.append(model)
         output = Path(args.output) if args.output else run_dir / "export"
-        models = [model for _, model in members]  # one model, or an ensemble
-        export_translator(build_translator(models, vocabularies, cfg.decode), output)
+        export_translator(build_translator(models, vocabularies, cfg.decode), output)  # one model, or an ensemble
         print(f"exported {' + '.join(sources)} to {output}")
 
 
