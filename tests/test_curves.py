@@ -121,8 +121,10 @@ def test_from_epoch_draws_the_late_epochs_only_with_the_axes_scaled_to_them(tmp_
     plt.close(figure)
 
 
-def test_kmt_plot_names_runs_by_label_and_refuses_a_miscount_in_one_line(tmp_path):
+def test_kmt_plot_names_runs_by_label_and_refuses_a_miscount_in_one_line(tmp_path, capsys):
     import matplotlib.image
+
+    from kmt.cli import plot
 
     first, second = _run(tmp_path, "a", _epochs(4)), _run(tmp_path, "b", _epochs(4))
     out = tmp_path / "named.png"
@@ -130,15 +132,18 @@ def test_kmt_plot_names_runs_by_label_and_refuses_a_miscount_in_one_line(tmp_pat
                     "--output", out)
     assert named.returncode == 0, named.stderr[-2000:]
     assert matplotlib.image.imread(out).shape[:2] == (380, 1500)
+    # The mistakes, through kmt-plot's main in this process (the test above checks a failing process's exit):
     for args, line in [
             (["--label", "only one"], "error: 2 run directories need 2 --label names, one each in their order; got 1"),
             (["--label", "same", "--label", "same"],
              "error: two runs are both named 'same'; give each run its own --label"),
             (["--from-epoch", "0"], "kmt-plot: error: --from-epoch must be positive. Received: 0"),
             (["--from-epoch", "5"], "error: --from-epoch 5 is past every run's last epoch (4)")]:
-        bad = run_cli("plot", first, second, *args, "--output", tmp_path / "bad.png")
-        assert bad.returncode == 2 and not (tmp_path / "bad.png").exists()
-        assert bad.stderr.strip().splitlines()[-1] == line
+        with pytest.raises(SystemExit) as stopped:
+            plot.main([str(first), str(second), *args, "--output", str(tmp_path / "bad.png")])
+        stderr = capsys.readouterr().err
+        assert stopped.value.code == 2 and not (tmp_path / "bad.png").exists()
+        assert stderr.strip().splitlines()[-1] == line
 
 
 def test_kmt_plot_draws_a_run_without_a_finished_epoch_yet(tmp_path):
