@@ -17,6 +17,14 @@ from tests.helpers import run_cli
 pytestmark = pytest.mark.slow
 
 
+def _refused(capsys, main, *args):
+    """A console script's `main(args)` run in this process, expected to refuse them: its exit status and the last
+    line it wrote to stderr. (Each script's refusal is also checked once in a process of its own.)"""
+    with pytest.raises(SystemExit) as stopped:
+        main([str(arg) for arg in args])
+    return stopped.value.code, capsys.readouterr().err.strip().splitlines()[-1]
+
+
 def test_translate_keeps_lines_aligned(smoke_run):
     lines = ["Tuesday, March 5, 1996", "", "   ", "5 june 2001", "z" * 10_000, "😀"] + ["1 May 1990"] * 100
     result = run_cli("translate", smoke_run / "export", "--batch-size", "4", "--buffer-size", "7",
@@ -134,7 +142,9 @@ def test_evaluate_rejects_mismatched_files(smoke_run, tmp_path):
     assert result.returncode == 2 and "has 2 lines but" in result.stderr.strip().splitlines()[-1]
 
 
-def test_export_rebuilds_from_a_checkpoint(smoke_run, tmp_path):
+def test_export_rebuilds_from_a_checkpoint(smoke_run, tmp_path, capsys):
+    from kmt.cli import export
+
     result = run_cli("export", smoke_run, "--checkpoint", "best", "--output", tmp_path / "best", "--beam-size", "2")
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "best" / "saved_model.pb").exists()
@@ -158,11 +168,12 @@ def test_export_rebuilds_from_a_checkpoint(smoke_run, tmp_path):
     averaged = run_cli("export", run, "--average", "2", "--output", tmp_path / "avg")
     assert averaged.returncode == 0, averaged.stderr[-2000:]
     assert (run / "checkpoints" / "average_last2.weights.h5").exists()
-    too_many = run_cli("export", smoke_run, "--average", "9")
-    assert too_many.returncode == 2 and "needs 9 epoch checkpoints" in too_many.stderr
+    status, line = _refused(capsys, export.main, smoke_run, "--average", "9")
+    assert status == 2 and "needs 9 epoch checkpoints" in line
 
 
-def test_export_ensembles_runs_that_share_a_vocabulary(smoke_run, tmp_path):
+def test_export_ensembles_runs_that_share_a_vocabulary(smoke_run, tmp_path, capsys):
+    from kmt.cli import export
     from kmt.tokenizer import Vocabularies, train_tokenizer
     from kmt.training import train
     from tests.helpers import compose_config
@@ -183,28 +194,29 @@ def test_export_ensembles_runs_that_share_a_vocabulary(smoke_run, tmp_path):
     stranger = shutil.copytree(other, tmp_path / "stranger", ignore=shutil.ignore_patterns("export"))
     tokenizer = train_tokenizer(["a vocabulary of other words", "trained on other text"], vocab_size=40)
     Vocabularies(tokenizer, tokenizer).save(stranger / "tokenizer")
-    refused = run_cli("export", smoke_run, "--ensemble", other, stranger, "--output", tmp_path / "no")
-    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (
-        f"error: --ensemble: {stranger} has another vocabulary than {smoke_run}; an ensemble's runs must share one "
-        "(train them on the same data with the same data.tokenizer settings)"
+    assert _refused(capsys, export.main, smoke_run, "--ensemble", other, stranger, "--output", tmp_path / "no") == (
+        2, f"error: --ensemble: {stranger} has another vocabulary than {smoke_run}; an ensemble's runs must share one "
+           "(train them on the same data with the same data.tokenizer settings)"
     )
     weights_file = smoke_run / "checkpoints" / "best.weights.h5"
-    weights = run_cli("export", smoke_run, "--ensemble", other, "--checkpoint", weights_file)
-    assert weights.returncode == 2 and "--ensemble loads every run at --checkpoint last or best" in weights.stderr
+    status, line = _refused(capsys, export.main, smoke_run, "--ensemble", other, "--checkpoint", weights_file)
+    assert status == 2 and "--ensemble loads every run at --checkpoint last or best" in line
     assert not (tmp_path / "no").exists()
 
 
-def test_export_samples_for_back_translation(smoke_run, tmp_path):
+def test_export_samples_for_back_translation(smoke_run, tmp_path, capsys):
+    from kmt.cli import export
+
     result = run_cli("export", smoke_run, "--sampling-topk", "0", "--sampling-temperature", "1.5",
                      "--sampling-topp", "0.95", "--output", tmp_path / "sample")
     assert result.returncode == 0, result.stderr[-2000:]
     translated = run_cli("translate", tmp_path / "sample", input="Tuesday, March 5, 1996\n" * 20)
     assert translated.returncode == 0, translated.stderr[-2000:]
     assert len(set(translated.stdout.splitlines())) > 1  # 20 draws from an undertrained model's distribution
-    both = run_cli("export", smoke_run, "--sampling-topk", "0", "--beam-size", "4", "--average", "2",
-                   "--output", tmp_path / "no")
-    assert both.returncode == 2 and both.stderr.strip().splitlines()[-1] == (
-        "error: decode.sampling_topk samples with decode.beam_size=1 only. Received: sampling_topk=0, beam_size=4"
+    both = _refused(capsys, export.main, smoke_run, "--sampling-topk", "0", "--beam-size", "4", "--average", "2",
+                    "--output", tmp_path / "no")
+    assert both == (
+        2, "error: decode.sampling_topk samples with decode.beam_size=1 only. Received: sampling_topk=0, beam_size=4"
     )
     assert not (smoke_run / "checkpoints" / "average_last2.weights.h5").exists()  # refused before any work
 
