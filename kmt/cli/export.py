@@ -93,18 +93,17 @@ def main(argv=None):
                 raise KmtError(f"--ensemble: {run} has another vocabulary than {run_dir}; an ensemble's runs must "
                                "share one (train them on the same data with the same data.tokenizer settings)")
         runs = [run_dir, *others]
-        for run in runs:
-            if args.average:
-                last_epoch_checkpoints(run, args.average)
-            else:
-                find_checkpoint(run, args.checkpoint)
+        weights = [  # each run's weights files: the last N epochs to average, or the one checkpoint
+            last_epoch_checkpoints(run, args.average) if args.average else [find_checkpoint(run, args.checkpoint)]
+            for run in runs
+        ]
 
         sources, models = [], []
-        for run in runs:
-            model = load_run_model(run, args.checkpoint)[2]
+        for run, paths in zip(runs, weights):
+            model = load_run_model(run, paths[-1])[2]
             source = args.checkpoint
             if args.average:
-                average_checkpoints(model, last_epoch_checkpoints(run, args.average))
+                average_checkpoints(model, paths)
                 source = run / "checkpoints" / f"average_last{args.average}.weights.h5"
                 save_weights_atomically(model, source)
             sources.append(f"{run}:{source}" if others else str(source))
