@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hydra import compose, initialize_config_dir
 
 from kmt.config import register_configs
@@ -30,6 +31,14 @@ def run_cli(module, *args, cwd=None, input=None, timeout=600, native_logs=False)
         [sys.executable, "-m", f"kmt.cli.{module}", *map(str, args)],
         cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout, env=env,
     )
+
+
+def refused(capsys, main, *args):
+    """A console script's `main(args)` run in the test process, expected to refuse them: `(exit status, the last
+    line it wrote to stderr)`. Each script's refusal is also checked once in a process of its own (`run_cli`)."""
+    with pytest.raises(SystemExit) as stopped:
+        main([str(arg) for arg in args])
+    return stopped.value.code, capsys.readouterr().err.strip().splitlines()[-1]
 
 
 def pixels_of_color(png, color):

@@ -12,17 +12,9 @@ import sys
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import refused, run_cli
 
 pytestmark = pytest.mark.slow
-
-
-def _refused(capsys, main, *args):
-    """A console script's `main(args)` run in this process, expected to refuse them: its exit status and the last
-    line it wrote to stderr. (Each script's refusal is also checked once in a process of its own.)"""
-    with pytest.raises(SystemExit) as stopped:
-        main([str(arg) for arg in args])
-    return stopped.value.code, capsys.readouterr().err.strip().splitlines()[-1]
 
 
 def test_translate_keeps_lines_aligned(smoke_run):
@@ -168,7 +160,7 @@ def test_export_rebuilds_from_a_checkpoint(smoke_run, tmp_path, capsys):
     averaged = run_cli("export", run, "--average", "2", "--output", tmp_path / "avg")
     assert averaged.returncode == 0, averaged.stderr[-2000:]
     assert (run / "checkpoints" / "average_last2.weights.h5").exists()
-    status, line = _refused(capsys, export.main, smoke_run, "--average", "9")
+    status, line = refused(capsys, export.main, smoke_run, "--average", "9")
     assert status == 2 and "needs 9 epoch checkpoints" in line
 
 
@@ -194,12 +186,12 @@ def test_export_ensembles_runs_that_share_a_vocabulary(smoke_run, tmp_path, caps
     stranger = shutil.copytree(other, tmp_path / "stranger", ignore=shutil.ignore_patterns("export"))
     tokenizer = train_tokenizer(["a vocabulary of other words", "trained on other text"], vocab_size=40)
     Vocabularies(tokenizer, tokenizer).save(stranger / "tokenizer")
-    assert _refused(capsys, export.main, smoke_run, "--ensemble", other, stranger, "--output", tmp_path / "no") == (
+    assert refused(capsys, export.main, smoke_run, "--ensemble", other, stranger, "--output", tmp_path / "no") == (
         2, f"error: --ensemble: {stranger} has another vocabulary than {smoke_run}; an ensemble's runs must share one "
            "(train them on the same data with the same data.tokenizer settings)"
     )
     weights_file = smoke_run / "checkpoints" / "best.weights.h5"
-    status, line = _refused(capsys, export.main, smoke_run, "--ensemble", other, "--checkpoint", weights_file)
+    status, line = refused(capsys, export.main, smoke_run, "--ensemble", other, "--checkpoint", weights_file)
     assert status == 2 and "--ensemble loads every run at --checkpoint last or best" in line
     assert not (tmp_path / "no").exists()
 
@@ -213,8 +205,8 @@ def test_export_samples_for_back_translation(smoke_run, tmp_path, capsys):
     translated = run_cli("translate", tmp_path / "sample", input="Tuesday, March 5, 1996\n" * 20)
     assert translated.returncode == 0, translated.stderr[-2000:]
     assert len(set(translated.stdout.splitlines())) > 1  # 20 draws from an undertrained model's distribution
-    both = _refused(capsys, export.main, smoke_run, "--sampling-topk", "0", "--beam-size", "4", "--average", "2",
-                    "--output", tmp_path / "no")
+    both = refused(capsys, export.main, smoke_run, "--sampling-topk", "0", "--beam-size", "4", "--average", "2",
+                   "--output", tmp_path / "no")
     assert both == (
         2, "error: decode.sampling_topk samples with decode.beam_size=1 only. Received: sampling_topk=0, beam_size=4"
     )

@@ -6,7 +6,7 @@ import pytest
 
 from kmt.curves import _panels, draw_curves, plot_curves, read_history
 from kmt.errors import KmtError
-from tests.helpers import pixels_of_color, run_cli
+from tests.helpers import pixels_of_color, refused, run_cli
 
 
 def _run(tmp_path, name, rows):
@@ -132,18 +132,15 @@ def test_kmt_plot_names_runs_by_label_and_refuses_a_miscount_in_one_line(tmp_pat
                     "--output", out)
     assert named.returncode == 0, named.stderr[-2000:]
     assert matplotlib.image.imread(out).shape[:2] == (380, 1500)
-    # The mistakes, through kmt-plot's main in this process (the test above checks a failing process's exit):
+    # The mistakes, through kmt-plot's main in this process (the test above runs a failing kmt-plot process):
     for args, line in [
             (["--label", "only one"], "error: 2 run directories need 2 --label names, one each in their order; got 1"),
             (["--label", "same", "--label", "same"],
              "error: two runs are both named 'same'; give each run its own --label"),
             (["--from-epoch", "0"], "kmt-plot: error: --from-epoch must be positive. Received: 0"),
             (["--from-epoch", "5"], "error: --from-epoch 5 is past every run's last epoch (4)")]:
-        with pytest.raises(SystemExit) as stopped:
-            plot.main([str(first), str(second), *args, "--output", str(tmp_path / "bad.png")])
-        stderr = capsys.readouterr().err
-        assert stopped.value.code == 2 and not (tmp_path / "bad.png").exists()
-        assert stderr.strip().splitlines()[-1] == line
+        assert refused(capsys, plot.main, first, second, *args, "--output", tmp_path / "bad.png") == (2, line)
+        assert not (tmp_path / "bad.png").exists()
 
 
 def test_kmt_plot_draws_a_run_without_a_finished_epoch_yet(tmp_path):
