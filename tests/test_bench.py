@@ -28,9 +28,10 @@ def bench_env():
     return env
 
 
-def run_bench(script, *args, timeout=600, cwd=BENCH.parent):
+def run_bench(script, *args, timeout=600, cwd=BENCH.parent, env=None):
+    """`python bench/<script>.py args...` in `bench_env()`, with `env`'s variables on top."""
     return subprocess.run([sys.executable, str(BENCH / f"{script}.py"), *args], capture_output=True, text=True,
-                          timeout=timeout, env=bench_env(), cwd=cwd)
+                          timeout=timeout, env=bench_env() | (env or {}), cwd=cwd)
 
 
 @pytest.fixture
@@ -280,21 +281,18 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path, mu
     no_tensorflow.mkdir(parents=True)
     (no_tensorflow / "__init__.py").write_text('raise ImportError("No module named \'tensorflow\'")\n')
     python_path = os.pathsep.join(filter(None, [str(no_tensorflow.parent), os.environ.get("PYTHONPATH")]))
-    jax_env = bench_env() | {"KERAS_BACKEND": "jax", "PYTHONPATH": python_path}
+    jax_env = {"KERAS_BACKEND": "jax", "PYTHONPATH": python_path}
     # The recipe samples segmentations (data.subword_sampling=0.5): `prepare` draws two for `train` to cycle through.
     result = run_bench("multi30k_jax", "prepare", "en_de", "debug=smoke", "data.download=false",
                        "trainer.precision=float32", "--draws", "2", "--out", str(prepared))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "subword sampling (alpha 0.5): 2 draws of the training split" in result.stdout
-    misspelt = subprocess.run(
-        [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(prepared), "--out", str(trained),
-         "--job", "a:model.dropuot=0.1"], capture_output=True, text=True, env=jax_env)
+    misspelt = run_bench("multi30k_jax", "train", str(prepared), "--out", str(trained), "--job", "a:model.dropuot=0.1",
+                         env=jax_env)
     assert misspelt.returncode == 1 and "Traceback" not in misspelt.stderr
     assert misspelt.stderr.strip().splitlines()[-1].startswith("error: --job a:model.dropuot=0.1: Key 'dropuot'")
-    sampling = subprocess.run(
-        [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(prepared), "--out", str(trained),
-         "--job", "a:data.subword_sampling=0.3"], capture_output=True, text=True,
-        env=jax_env)
+    sampling = run_bench("multi30k_jax", "train", str(prepared), "--out", str(trained),
+                         "--job", "a:data.subword_sampling=0.3", env=jax_env)
     assert sampling.returncode == 1 and "Traceback" not in sampling.stderr
     assert sampling.stderr.strip().splitlines()[-1] == (
         f"error: --job a:data.subword_sampling=0.3: data.subword_sampling=0.3 needs `prepare`'s draws at that "
@@ -304,32 +302,26 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path, mu
         (["a:trainer.epochs=0", "b"], "error: --job a:trainer.epochs=0: trainer.epochs must be positive. Received: 0"),
         (["a", "a:model.dropout=0.2"], "error: --job names must differ: each job writes its results under its name"),
     ]:
-        rejected = subprocess.run(
-            [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(prepared), "--out", str(trained),
-             "--parallel", *itertools.chain.from_iterable(("--job", job) for job in jobs)],
-            capture_output=True, text=True, env=jax_env)
+        rejected = run_bench("multi30k_jax", "train", str(prepared), "--out", str(trained), "--parallel",
+                             *itertools.chain.from_iterable(("--job", job) for job in jobs), env=jax_env)
         assert rejected.returncode == 1 and "Traceback" not in rejected.stderr
         assert rejected.stderr.strip().splitlines()[-1] == message
     # A job that fails in its own process (here, unreadable ids) fails the whole call, in one last line.
     broken = tmp_path / "broken"
     shutil.copytree(prepared, broken)
     (broken / "ids.npz").write_bytes(b"not an npz file")
-    failed = subprocess.run(
-        [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(broken), "--out", str(trained), "--parallel",
-         "--job", "a", "--job", "b:model.dropout=0.2"], capture_output=True, text=True,
-        env=jax_env)
+    failed = run_bench("multi30k_jax", "train", str(broken), "--out", str(trained), "--parallel",
+                       "--job", "a", "--job", "b:model.dropout=0.2", env=jax_env)
     assert failed.returncode == 1
     assert failed.stderr.strip().splitlines()[-1] == "error: jobs failed: a (exit 1), b (exit 1); no job finished"
     assert not trained.exists()  # nothing trained, nothing written
     # --parallel: each job trains in a process of its own (`train` with that one job), and the results come together.
-    training = subprocess.run(
-        [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(prepared), "--out", str(trained),
-         "--job", "jobs:trainer.epochs=2,trainer.average_last=2,model.late_dropout_after=1,decode.beam_size=3,"
-                  "decode.length_penalty=1.0",
-         "--job", "other:model.dropout=0.0,model.late_dropout=null,data.subword_sampling=0",
-         "--keep", "jobs", "--shape-edges", "32,64,128", "--parallel", "--decode"],
-        capture_output=True, text=True, timeout=600,
-        env=jax_env,
+    training = run_bench(
+        "multi30k_jax", "train", str(prepared), "--out", str(trained),
+        "--job", "jobs:trainer.epochs=2,trainer.average_last=2,model.late_dropout_after=1,decode.beam_size=3,"
+                 "decode.length_penalty=1.0",
+        "--job", "other:model.dropout=0.0,model.late_dropout=null,data.subword_sampling=0",
+        "--keep", "jobs", "--shape-edges", "32,64,128", "--parallel", "--decode", env=jax_env,
     )
     assert training.returncode == 0, training.stderr[-3000:]
     results = json.loads((trained / "results.json").read_text())
@@ -387,9 +379,8 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path, mu
     shutil.copytree(prepared, older)
     with np.load(prepared / "ids.npz") as arrays:
         np.savez(older / "ids.npz", **{key: arrays[key] for key in arrays.files if "_all_" not in key})
-    rejected = subprocess.run(
-        [sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(older), "--out", str(tmp_path / "o"),
-         "--job", "a", "--decode"], capture_output=True, text=True, env=jax_env)
+    rejected = run_bench("multi30k_jax", "train", str(older), "--out", str(tmp_path / "o"), "--job", "a", "--decode",
+                         env=jax_env)
     assert rejected.returncode == 1 and rejected.stderr.strip().splitlines()[-1] == (
         f"error: --decode needs every val and test source line, which {older} (made before --decode) lacks; run "
         "`prepare` again")
@@ -412,9 +403,8 @@ def test_the_jax_bench_turns_bad_input_into_one_line(tmp_path):
     result = run_bench("multi30k_jax", "train", str(tmp_path), "--out", str(tmp_path / "o"), "--job", "a")
     assert result.returncode == 1 and "Traceback" not in result.stderr  # TensorFlow is the default backend
     assert result.stderr.strip().splitlines()[-1].startswith("error: train runs under Keras's JAX backend")
-    result = subprocess.run([sys.executable, str(BENCH / "multi30k_jax.py"), "train", str(tmp_path), "--out",
-                             str(tmp_path / "o"), "--job", "a"], capture_output=True, text=True,
-                            env=bench_env() | {"KERAS_BACKEND": "jax"})
+    result = run_bench("multi30k_jax", "train", str(tmp_path), "--out", str(tmp_path / "o"), "--job", "a",
+                       env={"KERAS_BACKEND": "jax"})
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith(f"error: {tmp_path} is not a `prepare` directory")
     result = run_bench("multi30k_jax", "finish", str(tmp_path), str(tmp_path), "--job", "a")
