@@ -35,6 +35,8 @@ def build_model(model_cfg, source_vocab_size, target_vocab_size, dtype_policy=No
             shared_embeddings=model_cfg.shared_embeddings,
             tied_output=model_cfg.tied_output,
             learned_positions=model_cfg.learned_positions,
+            source_word_dropout=model_cfg.source_word_dropout,
+            target_word_dropout=model_cfg.target_word_dropout,
         )
     finally:
         keras.config.set_dtype_policy(previous)

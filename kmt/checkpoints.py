@@ -68,7 +68,8 @@ def load_run_model(run_dir, checkpoint="last"):
 
 
 # Model settings a fine-tuning run may change: they shape no weight.
-FINE_TUNABLE = ("dropout", "attention_dropout", "activation_dropout", "late_dropout", "late_dropout_after")
+FINE_TUNABLE = ("dropout", "attention_dropout", "activation_dropout", "late_dropout", "late_dropout_after",
+                "source_word_dropout", "target_word_dropout")
 
 
 def init_source(init_from, model_cfg):

@@ -71,6 +71,8 @@ class ModelConfig:
     late_dropout: Optional[float] = None  # residual and embedding dropout from epoch late_dropout_after + 1 on, in
     # place of model.dropout ("late dropout", Liu et al., 2023: learn fast, then regularize); None: off
     late_dropout_after: int = 0  # epochs trained with model.dropout before late_dropout takes over
+    source_word_dropout: float = 0.0  # word dropout: zero a source token's whole embedded vector with this probability
+    target_word_dropout: float = 0.0  # the same on the decoder's input tokens
     max_length: int = 128  # longest sentence in tokens: longer training pairs are dropped, inputs truncated
     norm_first: bool = False  # pre-norm instead of the paper's post-norm
     shared_embeddings: bool = True  # one joint vocabulary and embedding for source and target
@@ -180,7 +182,7 @@ def validate(cfg):
         "model.hidden_dim must be divisible by model.num_heads. "
         f"Received: hidden_dim={model.hidden_dim}, num_heads={model.num_heads}",
     )
-    for key in ("dropout", "attention_dropout", "activation_dropout"):
+    for key in ("dropout", "attention_dropout", "activation_dropout", "source_word_dropout", "target_word_dropout"):
         _check(0.0 <= model[key] < 1.0, f"model.{key} must be in [0, 1). Received: model.{key}={model[key]}")
     if model.late_dropout is not None:
         _check(0.0 <= model.late_dropout < 1.0,

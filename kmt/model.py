@@ -24,6 +24,8 @@ def build_transformer(
     attention_dropout=0.0,
     activation_dropout=0.0,
     learned_positions=False,
+    source_word_dropout=0.0,
+    target_word_dropout=0.0,
     layer_norm_epsilon=1e-5,
     name="transformer",
 ):
@@ -56,6 +58,10 @@ def build_transformer(
         attention_dropout: float. Dropout on attention weights. Defaults to `0.0`.
         activation_dropout: float. Dropout after the feed-forward ReLU. Defaults to `0.0`.
         learned_positions: bool. Learned instead of sinusoidal positions. Defaults to `False`.
+        source_word_dropout: float. Word dropout on the source (Gal & Ghahramani, 2016; Sennrich & Zhang, 2019):
+            in training, each source token's whole embedded vector (token and position) is zeroed with this
+            probability, the rest scaled by 1 / (1 - rate). Defaults to `0.0` (no layer is added).
+        target_word_dropout: float. The same on the decoder's input (the shifted target). Defaults to `0.0`.
         layer_norm_epsilon: float. Defaults to `1e-5`.
         name: str. Defaults to `"transformer"`.
 
@@ -77,6 +83,8 @@ def build_transformer(
         ("dropout", dropout),
         ("attention_dropout", attention_dropout),
         ("activation_dropout", activation_dropout),
+        ("source_word_dropout", source_word_dropout),
+        ("target_word_dropout", target_word_dropout),
     ]:
         if not 0.0 <= rate < 1.0:
             raise ValueError(f"{rate_name} must be in [0, 1). Received: {rate_name}={rate}")
@@ -104,13 +112,19 @@ def build_transformer(
     source_embedding = embedding(vocab_size, "source_embedding")
     target_embedding = source_embedding if shared_embeddings else embedding(target_vocab_size, "target_embedding")
 
-    x = keras.layers.Dropout(dropout, name="source_embedding_dropout")(source_embedding(source))  # (B, S, D)
+    def embedded(layer, ids, side, word_dropout):
+        h = layer(ids)  # (B, L, D)
+        if word_dropout:  # one draw a position: noise shape (B, L, 1)
+            h = keras.layers.Dropout(word_dropout, noise_shape=(None, None, 1), name=f"{side}_word_dropout")(h)
+        return keras.layers.Dropout(dropout, name=f"{side}_embedding_dropout")(h)
+
+    x = embedded(source_embedding, source, "source", source_word_dropout)  # (B, S, D)
     for i in range(num_layers):
         x = EncoderLayer(**layer_args, name=f"encoder_layer_{i}")(x, attention_mask=source_mask)
     if norm_first:
         x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(x)
 
-    y = keras.layers.Dropout(dropout, name="target_embedding_dropout")(target_embedding(target_in))  # (B, T, D)
+    y = embedded(target_embedding, target_in, "target", target_word_dropout)  # (B, T, D)
     for i in range(num_decoder_layers):
         y = DecoderLayer(**layer_args, name=f"decoder_layer_{i}")(
             y, x, self_attention_mask=target_mask, cross_attention_mask=source_mask
@@ -130,10 +144,10 @@ def build_transformer(
 def residual_dropouts(model):
     """The `keras.layers.Dropout` layers whose rate is `build_transformer`'s `dropout` (P_drop): on the embeddings
     and on every sublayer's output before its residual connection; not those on attention weights or inside the
-    feed-forward networks (`attention_dropout`, `activation_dropout`)."""
+    feed-forward networks (`attention_dropout`, `activation_dropout`), nor word dropout."""
     found = []
     for layer in model.layers:
-        if isinstance(layer, keras.layers.Dropout):  # source_embedding_dropout, target_embedding_dropout
+        if layer.name in ("source_embedding_dropout", "target_embedding_dropout"):
             found.append(layer)
         elif isinstance(layer, EncoderLayer):  # and DecoderLayer, its subclass
             found += layer.residual_dropouts()

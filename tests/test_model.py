@@ -109,6 +109,25 @@ def test_residual_dropouts_are_the_embeddings_and_sublayer_outputs_only():
     assert len(configs) == 4 and {config["dropout"] for config in configs} == {0.25}  # what a .keras file keeps
 
 
+def test_word_dropout_zeroes_whole_positions_in_training_only(batch):
+    plain = build_transformer(**TINY)
+    assert not [layer.name for layer in plain.layers if "word_dropout" in layer.name]  # off: no layer at all
+    model = build_transformer(**TINY, source_word_dropout=0.5, target_word_dropout=0.25)
+    model.set_weights(plain.get_weights())  # word dropout has no weights
+    np.testing.assert_allclose(_logits(model, *batch), _logits(plain, *batch), atol=1e-6)
+
+    word = model.get_layer("source_word_dropout")
+    assert model.get_layer("target_word_dropout").rate == 0.25
+    out = ops.convert_to_numpy(word(np.ones((4, 9, 16), "float32"), training=True))
+    zeroed = (out == 0).all(-1)  # (4, 9): a draw per position, not per feature
+    assert zeroed.any() and (~zeroed).any()
+    np.testing.assert_allclose(out[~zeroed], 2.0)  # the kept positions scaled by 1 / (1 - 0.5)
+
+    # Late dropout changes the residual and embedding rates only; word dropout keeps its own.
+    assert word not in residual_dropouts(model)
+    assert set_residual_dropout(model, 0.3) == 2 + 2 * 2 + 2 * 3 and word.rate == 0.5
+
+
 def test_saved_model_reloads_in_a_fresh_process(tmp_path, batch):
     model = build_transformer(**TINY)
     path, inputs_path = tmp_path / "m.keras", tmp_path / "batch.npz"

@@ -58,7 +58,7 @@ def test_fine_tuning_starts_from_another_runs_vocabulary_and_weights(smoke_run, 
     caplog.set_level("INFO")
     base = shutil.copytree(smoke_run, tmp_path / "base")  # a copy, to delete below
     overrides = [f"trainer.init_from={base}", "optim.lr_scale=1e-9", "model.dropout=0.3",
-                 "data.tokenizer.vocab_size=400", "data.seed=7", "trainer.export=false"]
+                 "model.source_word_dropout=0.2", "data.tokenizer.vocab_size=400", "data.seed=7", "trainer.export=false"]
     train(compose_config(*overrides), tmp_path / "tuned")
     vocabulary = (base / "tokenizer" / "joint.model").read_bytes()
     assert (tmp_path / "tuned" / "tokenizer" / "joint.model").read_bytes() == vocabulary
@@ -295,6 +295,8 @@ def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
     [
         ("model.hidden_dim=31", "model.hidden_dim must be divisible by model.num_heads"),
         ("model.dropout=-0.1", "model.dropout must be in [0, 1)"),
+        ("model.source_word_dropout=1", "model.source_word_dropout must be in [0, 1). Received: "
+                                        "model.source_word_dropout=1"),
         ("model.late_dropout=1.0 model.late_dropout_after=3", "model.late_dropout must be in [0, 1) or null. "
                                                               "Received: model.late_dropout=1.0"),
         ("model.late_dropout=0.3", "model.late_dropout needs model.late_dropout_after > 0 epochs. Received: 0"),
