@@ -269,7 +269,7 @@ def train(args):
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from kmt.config import validate
+    from kmt.config import onto_schema, validate
     from kmt.errors import ConfigError
 
     started = time.perf_counter()
@@ -282,8 +282,8 @@ def train(args):
     except ValueError:
         sys.exit(f"error: --shape-edges takes lengths like 12,16,24,32,64. Received: {args.shape_edges}")
     jobs = {}
-    base = OmegaConf.load(args.prepared / "config.yaml")
-    OmegaConf.set_struct(base, True)  # a misspelt key is an error, not a new setting
+    base = onto_schema(OmegaConf.load(args.prepared / "config.yaml"))  # an option added since `prepare` gets its
+    # default; a misspelt key is an error, not a new setting
     for spec in args.job:
         name, _, overrides = spec.partition(":")
         try:
@@ -556,6 +556,7 @@ def finish(args):
     from omegaconf import OmegaConf
 
     from kmt.build import build_model
+    from kmt.config import onto_schema
 
     meta = read_prepared(args.prepared)
     if not (args.trained / "results.json").is_file():
@@ -568,7 +569,7 @@ def finish(args):
     source, target = direction.split("_")
     stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     run_dir = args.run_dir or ROOT / "runs" / "bench" / f"multi30k_{direction}_jax" / f"{args.job}_{stamp}"
-    cfg = OmegaConf.create(job["config"])
+    cfg = onto_schema(OmegaConf.create(job["config"]))  # a job trained before an option existed gets its default
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     shutil.copytree(args.prepared / "tokenizer", run_dir / "tokenizer", dirs_exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))

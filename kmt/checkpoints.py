@@ -42,15 +42,13 @@ def load_run_config(run_dir):
     """A run's resolved `config.yaml`; a `KmtError` when `run_dir` has none."""
     from omegaconf import OmegaConf
 
-    from kmt.config import DecodeConfig
+    from kmt.config import onto_schema
 
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise KmtError(f"{run_dir} is not a kmt run directory (no config.yaml)")
-    cfg = OmegaConf.load(run_dir / "config.yaml")
-    # Onto the schema: a run saved before a decode option existed gets its default, and overrides are type-checked.
-    cfg.decode = OmegaConf.merge(OmegaConf.structured(DecodeConfig), cfg.get("decode", {}))
-    return cfg
+    # Onto the schema: a run saved before an option existed (say model.source_word_dropout) gets its default.
+    return onto_schema(OmegaConf.load(run_dir / "config.yaml"))
 
 
 def load_run_model(run_dir, checkpoint="last"):
@@ -79,8 +77,6 @@ def init_source(init_from, model_cfg):
     (e.g. `average_last5.weights.h5` or `best.weights.h5`). Raises `KmtError` when it is neither, or when the run's
     `model.*` settings differ from `model_cfg` in anything but `FINE_TUNABLE`.
     """
-    from omegaconf import OmegaConf
-
     from kmt.tokenizer import Vocabularies
 
     path = Path(init_from)
@@ -94,12 +90,12 @@ def init_source(init_from, model_cfg):
         raise KmtError(f"trainer.init_from={init_from}: {run_dir} is not a kmt run directory (no config.yaml and "
                        "tokenizer/); pass a run directory or a .weights.h5 file in its checkpoints/")
     weights = weights or find_checkpoint(run_dir, "last")
-    saved = OmegaConf.load(run_dir / "config.yaml").model
-    different = [key for key in model_cfg if key not in FINE_TUNABLE and saved.get(key) != model_cfg[key]]
+    saved = load_run_config(run_dir).model
+    different = [key for key in model_cfg if key not in FINE_TUNABLE and saved[key] != model_cfg[key]]
     if different:
         raise KmtError(
             f"trainer.init_from: {run_dir} was trained with "
-            + ", ".join(f"model.{key}={saved.get(key)}" for key in different)
+            + ", ".join(f"model.{key}={saved[key]}" for key in different)
             + "; this run has " + ", ".join(f"model.{key}={model_cfg[key]}" for key in different)
             + "; set them to match (only the dropouts may differ)"
         )

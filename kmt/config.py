@@ -144,6 +144,12 @@ class Config:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
 
+def onto_schema(saved):
+    """A saved config (a run's `config.yaml`) merged onto the schema: an option added to kmt since the run was saved
+    gets its default, and values set later are type-checked. The saved values win."""
+    return OmegaConf.merge(OmegaConf.structured(Config), saved)
+
+
 def register_configs():
     """Registers the schema so that `conf/config.yaml` (defaults list `- kmt_schema`) is checked against it. Every
     group's option is merged onto its typed node there (`data: DataConfig`, ...), so the groups need no schema of

@@ -213,7 +213,7 @@ def test_export_samples_for_back_translation(smoke_run, tmp_path, capsys):
     assert not (smoke_run / "checkpoints" / "average_last2.weights.h5").exists()  # refused before any work
 
 
-def test_a_run_saved_before_a_decode_option_existed_gets_its_default(smoke_run, tmp_path):
+def test_a_run_saved_before_an_option_existed_gets_its_default(smoke_run, tmp_path):
     from omegaconf import OmegaConf
     from omegaconf.errors import ValidationError
 
@@ -222,9 +222,12 @@ def test_a_run_saved_before_a_decode_option_existed_gets_its_default(smoke_run, 
     run = shutil.copytree(smoke_run, tmp_path / "run", ignore=shutil.ignore_patterns("export"))
     old = OmegaConf.load(run / "config.yaml")
     old.decode = {k: v for k, v in old.decode.items() if not k.startswith("sampling_")}
+    old.model = {k: v for k, v in old.model.items() if not k.endswith("word_dropout")}
     OmegaConf.save(old, run / "config.yaml")
-    cfg, _, _ = load_run_model(run)
+    cfg, _, model = load_run_model(run)
     assert (cfg.decode.sampling_topk, cfg.decode.sampling_temperature, cfg.decode.sampling_topp) == (1, 1.0, 1.0)
+    assert (cfg.model.source_word_dropout, cfg.model.target_word_dropout) == (0.0, 0.0)
+    assert "source_word_dropout" not in [layer.name for layer in model.layers]
     assert cfg.decode.beam_size == old.decode.beam_size
     with pytest.raises(ValidationError):
         cfg.decode.sampling_topk = "many"  # overrides of a loaded run are type-checked against the schema
