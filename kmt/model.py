@@ -113,10 +113,13 @@ def build_transformer(
     target_embedding = source_embedding if shared_embeddings else embedding(target_vocab_size, "target_embedding")
 
     def embedded(layer, ids, side, word_dropout):
+        # The Dropout layers are made before the embedding is called (and makes its weights), as they always were:
+        # each takes a seed from the global generator, so this order keeps a seed's weights and masks what they were.
+        embedding_dropout = keras.layers.Dropout(dropout, name=f"{side}_embedding_dropout")
         h = layer(ids)  # (B, L, D)
         if word_dropout:  # one draw a position: noise shape (B, L, 1)
             h = keras.layers.Dropout(word_dropout, noise_shape=(None, None, 1), name=f"{side}_word_dropout")(h)
-        return keras.layers.Dropout(dropout, name=f"{side}_embedding_dropout")(h)
+        return embedding_dropout(h)
 
     x = embedded(source_embedding, source, "source", source_word_dropout)  # (B, S, D)
     for i in range(num_layers):
