@@ -84,10 +84,23 @@ def write_json_atomically(path, payload):
     write_text_atomically(path, json.dumps(payload, indent=2) + "\n")
 
 
+def seed_states(model):
+    """The model's random-state variables (a `SeedGenerator` each, in every Dropout layer), in a fixed order. Keras's
+    weights files leave them out, so a resumed run would draw its first epochs' dropout masks again."""
+    return [variable for variable in model.variables if variable.name == "seed_generator_state"]
+
+
+def epochs_in_backup(backup_dir):
+    """Epochs a resumable run has finished, from its resume state in `backup_dir` (0 when it has none)."""
+    metadata = Path(backup_dir) / "training_metadata.json"
+    return json.loads(metadata.read_text())["epoch"] if metadata.exists() else 0
+
+
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     """Keras's `BackupAndRestore` (model weights, optimizer state and epoch, restored when `fit` starts again)
     with every file written atomically, and the backup kept after training so a later run on the same run dir
-    with more epochs continues instead of starting over."""
+    with more epochs continues instead of starting over. It also keeps the dropout layers' random state
+    (`seed_states`), so a resumed run draws the masks the uninterrupted run would have drawn."""
 
     def __init__(self, backup_dir, batches_per_update=1):
         super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=False)
@@ -102,6 +115,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         save_weights_atomically(self.model, self._weights_path)
         write_json_atomically(self._training_metadata_path, {
             "epoch": self._current_epoch, "batch": 0, "batches_per_update": self.batches_per_update,
+            "seed_states": [keras.ops.convert_to_numpy(v).tolist() for v in seed_states(self.model)],
         })
 
     def on_train_begin(self, logs=None):
@@ -131,6 +145,14 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                     "would restart; resume with the run's original optim.* settings or use a new hydra.run.dir"
                 )
             logger.info("resuming after epoch %d at optimizer step %d", epoch, step)
+            saved = json.loads(Path(self._training_metadata_path).read_text()).get("seed_states")
+            variables = seed_states(self.model)
+            if saved is not None and len(saved) == len(variables):
+                for variable, state in zip(variables, saved):
+                    variable.assign(keras.ops.convert_to_tensor(state, dtype=variable.dtype))
+            else:  # a backup from before kmt kept them, or a model with other dropout layers (model.*_word_dropout)
+                logger.warning("the resume state holds no random state for these dropout layers: their masks start "
+                               "afresh")
 
 
 def improves(monitor, value, best):

@@ -25,6 +25,7 @@ from kmt.callbacks import (
     TrainingStats,
     ValidationBLEU,
     best_epoch,
+    epochs_in_backup,
     save_weights_atomically,
     write_json_atomically,
     write_text_atomically,
@@ -133,8 +134,13 @@ def _train(cfg, run_dir):
                             repeated=True)
     updates_per_epoch = max(1, batches // accumulation)
     steps_per_epoch = updates_per_epoch * accumulation  # batches, what model.fit counts as steps
+    # A resumed run goes on with the stream where the finished epochs left it, not from its first batch again.
+    epochs_done = epochs_in_backup(run_dir / "checkpoints" / "backup") if resuming else 0
+    if epochs_done:
+        logger.info("resuming the training stream after the %d batches of epochs 1-%d (passing over them first)",
+                    epochs_done * steps_per_epoch, epochs_done)
     train_data = make_dataset(splits["train"], **batching, shuffle=True, seed=cfg.seed, repeat=True,
-                              resegment=resegment)
+                              resegment=resegment, skip=epochs_done * steps_per_epoch)
     val_data = make_dataset(splits["val"], **batching)
 
     total_steps = cfg.trainer.epochs * updates_per_epoch  # updates, what the schedule and optimizer count

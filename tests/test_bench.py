@@ -17,7 +17,7 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 SCRIPTS = ["attention_scaling", "batching", "decode_speed", "decode_sweep", "fit_teardown", "multi30k", "multi30k_jax",
-           "train_throughput"]
+           "resume_stream", "train_throughput"]
 
 
 def bench_env():
@@ -90,6 +90,19 @@ def test_fit_teardown_benchmark_reports_both_settings():
         assert row["fits"] == 1 and row["whole_fit_ms_per_step"] >= row["ms_per_step"] > 0
         assert row["teardown_seconds"][0] >= 0 and 0 <= row["stalled_fits"] <= 1
     assert "| autotune |" in result.stdout
+
+
+@pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
+def test_resume_stream_benchmark_times_both_streams():
+    result = run_bench("resume_stream", "--epochs", "1", "--repeats", "2", "debug=smoke", "data.download=false",
+                       "data.subword_sampling=0.5")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["benchmark"] == "resume_stream" and report["batches_per_epoch"] > 0
+    assert [row["stream"] for row in report["rows"]] == ["best segmentation", "subword sampling (alpha 0.5)"]
+    for row in report["rows"]:
+        assert row["epochs"] == 2 and len(row["seconds"]) == 2 and row["seconds_per_epoch"] > 0
+    assert "| training stream |" in result.stdout
 
 
 def test_train_throughput_streams_its_batches_without_tf_data_autotuning(monkeypatch):

@@ -147,6 +147,18 @@ def test_a_subword_sampling_stream_is_the_same_for_the_same_seed(vocabularies, m
     assert batches(1) != batches(2)  # the same shuffle, other draws
 
 
+def test_a_resumed_stream_goes_on_where_the_skipped_batches_end(vocabularies):
+    varied = varied_split(vocabularies, 80, seed=3)
+
+    def batches(skip, take):
+        stream = make_dataset(varied, 16, max_tokens=64, shuffle=True, seed=1, repeat=True, skip=skip,
+                              resegment=subword_sampler(vocabularies, 0.1, seed=0))
+        return [(f["source"].numpy().tolist(), target.numpy().tolist()) for f, target in stream.take(take)]
+
+    whole = batches(0, 50)  # several passes: reshuffled and resampled on each
+    assert batches(37, 13) == whole[37:]
+
+
 @pytest.mark.parametrize("stream", [{}, {"shuffle": True, "seed": 1, "repeat": True}])
 def test_batches_come_without_tf_data_autotuning_and_are_the_same_as_with_it(split, stream):
     # Autotuning's model thread made fit wait for its next wake-up when it released the training iterator

@@ -116,7 +116,7 @@ def _to_example(source, target):
 
 
 def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, seed=None, repeat=False,
-                 pad_to_bucket=False, bucket_width=0, resegment=None):
+                 pad_to_bucket=False, bucket_width=0, resegment=None, skip=0):
     """A tf.data pipeline of padded, length-bucketed batches over an `EncodedSplit`.
 
     Args:
@@ -137,6 +137,9 @@ def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, 
             afresh on every pass with it, dropping pairs that come out longer than `max_length`, instead of reusing
             the split's ids. Its passes then vary in length, so it is for a repeated training stream. Defaults to
             `None`.
+        skip: int. Batches to pass over first: a resumed run's stream starts after the batches its finished epochs
+            trained on, so it trains on the batches the uninterrupted run would have (the stream is deterministic for
+            a seed). Passing over them costs the pipeline's work for them (a few seconds an epoch). Defaults to `0`.
 
     Returns a `tf.data.Dataset` of `({"source": (B, S), "target_in": (B, T)}, target_out (B, T))` int32.
     """
@@ -169,6 +172,8 @@ def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, 
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
     if shuffle:
         dataset = dataset.shuffle(256, seed=seed, reshuffle_each_iteration=True)
+    if skip:
+        dataset = dataset.skip(skip)
     return dataset.prefetch(tf.data.AUTOTUNE).with_options(without_autotune())
 
 
