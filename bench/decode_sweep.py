@@ -66,7 +66,7 @@ def main(argv=None):
     cfg.data.download = False
     pairs = load_corpus(cfg.data)[args.split]
     sources, references = list(pairs.source), list(pairs.target)
-    tokenized_data = bool(cfg.data.get("tokenized"))  # runs from before the option lack the key
+    tokenized_data = cfg.data.tokenized  # load_run_model gives a run from before the option its default, false
     # A run trained on the tok/ copies is scored against them already (tok:none): no second tokenized BLEU.
     tokenized = None if tokenized_data else tokenized_references(cfg, args.split)
     if args.sentences:
