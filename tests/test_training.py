@@ -58,7 +58,8 @@ def test_fine_tuning_starts_from_another_runs_vocabulary_and_weights(smoke_run, 
     caplog.set_level("INFO")
     base = shutil.copytree(smoke_run, tmp_path / "base")  # a copy, to delete below
     overrides = [f"trainer.init_from={base}", "optim.lr_scale=1e-9", "model.dropout=0.3",
-                 "model.source_word_dropout=0.2", "data.tokenizer.vocab_size=400", "data.seed=7", "trainer.export=false"]
+                 "model.source_word_dropout=0.2", "data.tokenizer.vocab_size=400", "data.seed=7",
+                 "trainer.export=false"]
     train(compose_config(*overrides), tmp_path / "tuned")
     vocabulary = (base / "tokenizer" / "joint.model").read_bytes()
     assert (tmp_path / "tuned" / "tokenizer" / "joint.model").read_bytes() == vocabulary
