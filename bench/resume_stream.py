@@ -4,9 +4,8 @@ over an epoch of batches, with the experiment's subword sampling and without it,
     python bench/resume_stream.py                     # Multi30k En->De recipe, 3 epochs of batches, 3 rounds
     python bench/resume_stream.py --epochs 1 --repeats 1 debug=smoke
 
-A resumed kmt-train run builds its stream as the first run did (`kmt.data.pipeline.make_dataset`, shuffled, repeated,
-seeded) and skips the batches of its finished epochs (`skip`), so it trains on the batches the uninterrupted run
-would have. Skipping runs the pipeline over those batches: reading, resampling (`data.subword_sampling`), bucketing,
+A resumed kmt-train run builds its stream as the first run did (`kmt.training.training_stream`: shuffled, repeated,
+seeded) and skips the batches of its finished epochs, so it trains on the batches the uninterrupted run would have. Skipping runs the pipeline over those batches: reading, resampling (`data.subword_sampling`), bucketing,
 shuffling. Here each round pulls `--epochs` epochs of batches from a fresh stream of each kind, in alternating
 order, and the table gives the median seconds an epoch: what a resume after N epochs adds to its first epoch is
 about N times that. Nothing is asserted.
@@ -36,36 +35,36 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)  # before TensorFlow is imported (seconds): --help and usage errors answer at once
     import kmt  # noqa: F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
-    from kmt.data.pipeline import count_batches, make_dataset, resample, subword_sampler
+    from omegaconf import OmegaConf
+
+    from kmt.training import training_stream
 
     cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)
-    max_length, alpha = cfg.model.max_length, cfg.data.subword_sampling
-    epoch = resample(train, vocabularies, max_length, alpha, cfg.seed) if alpha else train  # as kmt-train sizes it
-    steps = count_batches(epoch, max_length, cfg.data.max_tokens, cfg.data.batch_size, cfg.data.bucket_width,
-                          repeated=True)
-    streams = {"best segmentation": None}
-    if alpha:
-        streams[f"subword sampling (alpha {alpha:g})"] = subword_sampler(vocabularies, alpha, cfg.seed)
-    print(f"{args.experiment}: {len(train):,} training pairs, {steps} batches an epoch", file=sys.stderr)
+    configs = {"best segmentation": OmegaConf.merge(cfg, {"data": {"subword_sampling": 0.0}})}
+    if cfg.data.subword_sampling:
+        configs[f"subword sampling (alpha {cfg.data.subword_sampling:g})"] = cfg
+    print(f"{args.experiment}: {len(train):,} training pairs", file=sys.stderr)
 
-    seconds = {name: [] for name in streams}
+    seconds, batches = {name: [] for name in configs}, {}
     for round_ in range(args.repeats):
-        for name in list(streams) if round_ % 2 == 0 else list(streams)[::-1]:
-            dataset = make_dataset(train, max_length, cfg.data.max_tokens, cfg.data.batch_size, shuffle=True,
-                                   seed=cfg.seed, repeat=True, bucket_width=cfg.data.bucket_width,
-                                   resegment=streams[name])
+        for name in list(configs) if round_ % 2 == 0 else list(configs)[::-1]:
+            dataset, _, steps = training_stream(configs[name], train, vocabularies)  # afresh: from its first batch
+            batches[name] = steps
             started = time.perf_counter()
             for _ in dataset.take(args.epochs * steps):
                 pass
             seconds[name].append((time.perf_counter() - started) / args.epochs)
-            print(f"round {round_ + 1}, {name}: {seconds[name][-1]:.2f} s an epoch", file=sys.stderr, flush=True)
-    rows = [{"stream": name, "epochs": args.epochs * args.repeats, "seconds_per_epoch": median(values),
-             "seconds_after_30_epochs": 30 * median(values), "seconds": values} for name, values in seconds.items()]
-    print_table(rows, [("stream", "training stream"), ("epochs", "epochs pulled"),
+            print(f"round {round_ + 1}, {name}: {seconds[name][-1]:.2f} s an epoch of {steps} batches", file=sys.stderr,
+                  flush=True)
+    rows = [{"stream": name, "batches_per_epoch": batches[name], "epochs": args.epochs * args.repeats,
+             "seconds_per_epoch": median(values), "seconds_after_30_epochs": 30 * median(values), "seconds": values}
+            for name, values in seconds.items()]
+    print_table(rows, [("stream", "training stream"), ("batches_per_epoch", "batches an epoch"),
+                       ("epochs", "epochs pulled"),
                        ("seconds_per_epoch", "s an epoch (median)"),
                        ("seconds_after_30_epochs", "added to a resume after 30 epochs, s")])
-    print_json("resume_stream", experiment=args.experiment, overrides=args.overrides, batches_per_epoch=steps,
-               training_pairs=len(train), rows=rows)
+    print_json("resume_stream", experiment=args.experiment, overrides=args.overrides, training_pairs=len(train),
+               rows=rows)
 
 
 if __name__ == "__main__":

@@ -122,7 +122,8 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         from kmt.errors import KmtError
 
         metadata = Path(self._training_metadata_path)
-        saved = json.loads(metadata.read_text()).get("batches_per_update", 1) if metadata.exists() else None
+        resume_state = json.loads(metadata.read_text()) if metadata.exists() else None
+        saved = resume_state.get("batches_per_update", 1) if resume_state else None
         if saved is not None and saved != self.batches_per_update:
             # The optimizer counts batches; the schedule's update is batches // this, so it must not change.
             raise KmtError(
@@ -145,10 +146,9 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                     "would restart; resume with the run's original optim.* settings or use a new hydra.run.dir"
                 )
             logger.info("resuming after epoch %d at optimizer step %d", epoch, step)
-            saved = json.loads(Path(self._training_metadata_path).read_text()).get("seed_states")
-            variables = seed_states(self.model)
-            if saved is not None and len(saved) == len(variables):
-                for variable, state in zip(variables, saved):
+            states, variables = resume_state.get("seed_states"), seed_states(self.model)
+            if states is not None and len(states) == len(variables):
+                for variable, state in zip(variables, states):
                     variable.assign(keras.ops.convert_to_tensor(state, dtype=variable.dtype))
             else:  # a backup from before kmt kept them, or a model with other dropout layers (model.*_word_dropout)
                 logger.warning("the resume state holds no random state for these dropout layers: their masks start "

@@ -1,6 +1,5 @@
 """`train(cfg, run_dir)`: config -> tokenizer -> tf.data -> model.fit -> checkpoints -> metrics -> export."""
 
-import json
 import logging
 import math
 import signal
@@ -102,6 +101,30 @@ def train(cfg, run_dir):
         return _train(cfg, run_dir)
 
 
+def training_stream(cfg, train, vocabularies, epochs_done=0):
+    """The repeated, shuffled stream of training batches kmt-train fits on: `(dataset, epoch, steps_per_epoch)`.
+
+    `epoch` is what an epoch of the stream holds: `train` itself, or with `data.subword_sampling` a seeded draw of its
+    segmentation (`resample`), since the stream then tokenizes every pass afresh. `steps_per_epoch` (batches, what
+    `model.fit` counts) is a whole number of updates, so epochs (checkpoints, the resume state) never end
+    mid-accumulation; the stream repeats, so the few batches this leaves out start the next epoch. A run resumed
+    after `epochs_done` epochs starts after their batches, on the ones the uninterrupted run would have had next.
+    """
+    max_length, alpha = cfg.model.max_length, cfg.data.subword_sampling
+    epoch, resegment = train, None
+    if alpha:
+        epoch = resample(train, vocabularies, max_length, alpha, cfg.seed)
+        resegment = subword_sampler(vocabularies, alpha, cfg.seed)
+    accumulation = cfg.optim.gradient_accumulation_steps
+    batches = count_batches(epoch, max_length, cfg.data.max_tokens, cfg.data.batch_size, cfg.data.bucket_width,
+                            repeated=True)
+    steps_per_epoch = max(1, batches // accumulation) * accumulation
+    dataset = make_dataset(train, max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size,
+                           bucket_width=cfg.data.bucket_width, pad_to_bucket=cfg.data.pad_to_bucket, shuffle=True,
+                           seed=cfg.seed, repeat=True, resegment=resegment, skip=epochs_done * steps_per_epoch)
+    return dataset, epoch, steps_per_epoch
+
+
 def _train(cfg, run_dir):
     keras.utils.set_random_seed(cfg.seed)
     keras.config.set_dtype_policy(cfg.trainer.precision)
@@ -117,30 +140,21 @@ def _train(cfg, run_dir):
     splits = {name: encode_split(name, text, vocabularies, max_length) for name, text in corpus.items()}
     if not len(splits["train"]):
         raise KmtError(f"no training pairs left after filtering empty and over-long pairs ({splits['train'].dropped})")
-    batching = dict(max_length=max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size,
-                    bucket_width=cfg.data.bucket_width, pad_to_bucket=cfg.data.pad_to_bucket)
-    epoch, resegment = splits["train"], None  # what an epoch of the training stream holds, and how it segments
+    # A resumed run goes on with the stream where the finished epochs left it, not from its first batch again.
+    epochs_done = epochs_in_backup(run_dir / "checkpoints" / "backup") if resuming else 0
+    train_data, epoch, steps_per_epoch = training_stream(cfg, splits["train"], vocabularies, epochs_done)
     if cfg.data.subword_sampling:
-        epoch = resample(splits["train"], vocabularies, max_length, cfg.data.subword_sampling, cfg.seed)
-        resegment = subword_sampler(vocabularies, cfg.data.subword_sampling, cfg.seed)
         logger.info(
             "subword sampling (alpha %g): a pass draws %.1f%% more target tokens than the best segmentation",
             cfg.data.subword_sampling, 100 * (epoch.target_tokens / splits["train"].target_tokens - 1),
         )
-    # An epoch is a whole number of updates, so epochs (checkpoints, the resume state) never end mid-accumulation;
-    # the stream repeats, so the few batches this leaves out start the next epoch.
-    accumulation = cfg.optim.gradient_accumulation_steps
-    batches = count_batches(epoch, max_length, cfg.data.max_tokens, cfg.data.batch_size, cfg.data.bucket_width,
-                            repeated=True)
-    updates_per_epoch = max(1, batches // accumulation)
-    steps_per_epoch = updates_per_epoch * accumulation  # batches, what model.fit counts as steps
-    # A resumed run goes on with the stream where the finished epochs left it, not from its first batch again.
-    epochs_done = epochs_in_backup(run_dir / "checkpoints" / "backup") if resuming else 0
     if epochs_done:
         logger.info("resuming the training stream after the %d batches of epochs 1-%d (passing over them first)",
                     epochs_done * steps_per_epoch, epochs_done)
-    train_data = make_dataset(splits["train"], **batching, shuffle=True, seed=cfg.seed, repeat=True,
-                              resegment=resegment, skip=epochs_done * steps_per_epoch)
+    accumulation = cfg.optim.gradient_accumulation_steps
+    updates_per_epoch = steps_per_epoch // accumulation
+    batching = dict(max_length=max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size,
+                    bucket_width=cfg.data.bucket_width, pad_to_bucket=cfg.data.pad_to_bucket)
     val_data = make_dataset(splits["val"], **batching)
 
     total_steps = cfg.trainer.epochs * updates_per_epoch  # updates, what the schedule and optimizer count
@@ -245,8 +259,7 @@ class Interrupted(KmtError):
         path = run_dir / "checkpoints" / "interrupted.weights.h5"
         path.parent.mkdir(parents=True, exist_ok=True)
         save_weights_atomically(model, path)
-        backup = run_dir / "checkpoints" / "backup" / "training_metadata.json"
-        epoch = json.loads(backup.read_text())["epoch"] if backup.exists() else 0
+        epoch = epochs_in_backup(run_dir / "checkpoints" / "backup")
         super().__init__(
             f"interrupted by {signal.Signals(signum).name}; the current weights are in {path}. Run the same "
             f"command again to resume after epoch {epoch} (optimizer state and learning-rate step included)"
