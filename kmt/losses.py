@@ -11,15 +11,17 @@ def _real_tokens(y_true, pad_id):
     return ops.cast(ops.not_equal(y_true, pad_id), "float32")
 
 
-def _log_probs_and_nll(y_true, y_pred):
-    """`(B, T, V)` float32 log-probabilities of the logits `y_pred` and `(B, T)` -log p of the int32 targets `y_true`.
+def _log_probs(logits):
+    """`(B, T, V)` float32 log-softmax of the logits. The loss and the perplexity metric both call this on the same
+    logits, so a compiled train step holds the same ops twice and TensorFlow computes them once."""
+    return ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
 
-    The loss and the perplexity metric both call this, so a compiled train step holds the same ops twice and
-    TensorFlow can compute them once.
-    """
-    log_probs = ops.log_softmax(ops.cast(y_pred, "float32"), axis=-1)
-    nll = -ops.squeeze(ops.take_along_axis(log_probs, y_true[..., None], axis=-1), axis=-1)
-    return log_probs, nll
+
+def _nll(y_true, log_probs):
+    """`(B, T)` -log p of the int32 targets `y_true`, picked out of the `(B, T, V)` `log_probs`. For the perplexity
+    metric, which takes no gradient: the loss does not pick, as a pick's gradient is a scatter into a `(B, T, V)`
+    zero tensor."""
+    return -ops.squeeze(ops.take_along_axis(log_probs, y_true[..., None], axis=-1), axis=-1)
 
 
 @keras.saving.register_keras_serializable(package="kmt")
@@ -54,9 +56,12 @@ class MaskedCrossEntropy(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         y_true = ops.cast(y_true, "int32")
-        log_probs, nll = _log_probs_and_nll(y_true, y_pred)  # (B, T, V), (B, T)
-        smooth = -ops.mean(log_probs, axis=-1)  # (B, T)
-        per_token = (1.0 - self.label_smoothing) * nll + self.label_smoothing * smooth
+        vocab_size = y_pred.shape[-1]
+        # -sum_v target_v log p(v) with the smoothed target distribution written out, so the gradient reaching the
+        # log-probabilities is -target, elementwise, and not the scatter of a pick's gradient into a (B, T, V) zero
+        # tensor (bench/profile_step.py; bench/loss_speed.py times both).
+        target = ops.one_hot(y_true, vocab_size) * (1.0 - self.label_smoothing) + self.label_smoothing / vocab_size
+        per_token = -ops.sum(target * _log_probs(y_pred), axis=-1)  # (B, T)
         weights = _real_tokens(y_true, self.pad_id)  # (B, T)
         return ops.sum(per_token * weights) / ops.maximum(ops.sum(weights), 1.0)
 
@@ -102,7 +107,11 @@ class MaskedAccuracy(_MaskedTokenMean):
         super().__init__(pad_id=pad_id, name=name, **kwargs)
 
     def token_values(self, y_true, y_pred):
-        return ops.cast(ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), y_true), "float32")
+        # The index of the largest logit, the first of equal ones as argmax picks it. ops.argmax would do, but on
+        # TensorFlow it first casts bfloat16 logits to float32 and sets -0.0 apart from 0.0 in four more passes
+        # over the (B, T, V) logits: top_k took 36 ms against its 81 on a (179, 21, 8000) bfloat16 batch here.
+        predicted = ops.top_k(y_pred, 1, sorted=False)[1][..., 0]
+        return ops.cast(ops.equal(ops.cast(predicted, "int32"), y_true), "float32")
 
 
 @keras.saving.register_keras_serializable(package="kmt")
@@ -127,7 +136,7 @@ class MaskedPerplexity(_MaskedTokenMean):
         super().__init__(pad_id=pad_id, name=name, **kwargs)
 
     def token_values(self, y_true, y_pred):
-        return _log_probs_and_nll(y_true, y_pred)[1]
+        return _nll(y_true, _log_probs(y_pred))
 
     def result(self):
         return ops.exp(super().result())  # of the mean cross-entropy

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
-SCRIPTS = ["attention_scaling", "batching", "decode_speed", "decode_sweep", "fit_teardown", "multi30k", "multi30k_jax",
-           "resume_stream", "train_throughput"]
+SCRIPTS = ["attention_scaling", "batching", "decode_speed", "decode_sweep", "fit_teardown", "loss_speed", "multi30k",
+           "multi30k_jax", "profile_step", "resume_stream", "train_throughput"]
 
 
 def bench_env():
@@ -90,6 +90,50 @@ def test_fit_teardown_benchmark_reports_both_settings():
         assert row["fits"] == 1 and row["whole_fit_ms_per_step"] >= row["ms_per_step"] > 0
         assert row["teardown_seconds"][0] >= 0 and 0 <= row["stalled_fits"] <= 1
     assert "| autotune |" in result.stdout
+
+
+def test_profile_step_sums_a_traced_functions_ops_per_step_and_folds_their_scopes(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(BENCH))
+    import profile_step
+    import tensorflow as tf
+
+    a = tf.random.normal((256, 256))
+    step = tf.function(lambda: tf.nn.relu(tf.matmul(a, a)))
+    step()  # traced before the profiler starts, as the bench's warm-up fit is
+    tf.profiler.experimental.start(str(tmp_path))
+    for _ in range(2):
+        step()
+    tf.profiler.experimental.stop()
+    times = profile_step.op_times(tmp_path, steps=2)
+    by_type = profile_step.summed(times, lambda name: name.rsplit(":", 1)[1])
+    assert by_type and all(ms > 0 for ms in by_type.values())
+    assert any("MatMul" in op_type for op_type in by_type), by_type
+    assert not any("::" in name for name in times)  # the executor's own events are left out
+    assert profile_step.scope_of("StatefulPartitionedCall/gradient_tape/transformer_1/decoder_layer_2_1/"
+                                 "feed_forward_1/MatMul:_MklMatMul") == "gradient_tape/transformer/decoder_layer_N"
+    assert profile_step.scope_of("StatefulPartitionedCall/LogSoftmax:LogSoftmax") == "LogSoftmax"
+    with pytest.raises(SystemExit, match="no trace"):
+        profile_step.op_times(tmp_path / "empty", steps=1)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_loss_speed_times_textbook_losses_that_compute_kmts_values(monkeypatch, eps):
+    monkeypatch.syspath_prepend(str(BENCH))
+    import loss_speed
+    import numpy as np
+
+    from kmt.losses import MaskedAccuracy, MaskedCrossEntropy, MaskedPerplexity
+
+    rng = np.random.default_rng(0)
+    y, logits = np.array([[4, 2, 0], [7, 1, 3]]), rng.normal(size=(2, 3, 9)).astype("float32")
+    logits[1, 2] = logits[1, 2, 3] + 1  # a tie at the maximum: both argmax and top_k take the first index
+    loss, (accuracy, perplexity) = loss_speed.textbook_losses(eps)
+    assert float(loss(y, logits)) == pytest.approx(float(MaskedCrossEntropy(eps)(y, logits)), rel=1e-6)
+    for textbook, ours in ((accuracy, MaskedAccuracy()), (perplexity, MaskedPerplexity())):
+        textbook.update_state(y, logits)
+        ours.update_state(y, logits)
+        assert float(textbook.result()) == pytest.approx(float(ours.result()), rel=1e-6)
+    assert 0 < float(accuracy.result()) < 1
 
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")

@@ -1,5 +1,6 @@
 import math
 
+import keras
 import numpy as np
 import pytest
 from keras import ops
@@ -26,6 +27,33 @@ def test_label_smoothing_matches_smoothed_one_hot_cross_entropy():
     log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     expected = -(target * log_probs).sum(-1).mean()
     assert float(MaskedCrossEntropy(label_smoothing=eps)(y, logits)) == pytest.approx(expected, rel=1e-5)
+
+
+def gradient(fn, x):
+    """d fn(x) / dx under the backend Keras runs on (CI runs these tests under TensorFlow and JAX)."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return np.asarray(jax.grad(lambda v: fn(v))(x))
+    import tensorflow as tf
+
+    x = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        value = fn(x)
+    return tape.gradient(value, x).numpy()
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_gradient_is_softmax_minus_smoothed_target_over_real_tokens(eps):
+    rng = np.random.default_rng(3)
+    logits, y, vocab = rng.normal(size=(2, 3, 6)).astype("float32"), np.array([[1, 2, 0], [5, 0, 0]]), 6
+    target = np.eye(vocab)[y] * (1 - eps) + eps / vocab
+    probs = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    real = (y != 0)[..., None]
+    expected = (probs - target) * real / real.sum()  # pads get no gradient
+    loss = MaskedCrossEntropy(label_smoothing=eps)
+    assert gradient(lambda x: loss(y, x), logits) == pytest.approx(expected, abs=1e-6)
 
 
 def test_uniform_logits_give_log_vocab():
