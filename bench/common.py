@@ -78,23 +78,31 @@ def require_positive(parser, args, *names):
             parser.error(f"--{name.replace('_', '-')} must be positive. Received: {getattr(args, name)}")
 
 
-def recipe_training_split(experiment, overrides=()):
-    """An experiment's config composed as kmt-train composes it (`overrides` are Hydra overrides), the vocabulary
-    kmt-train would train on its training split, and that split encoded: `(cfg, vocabularies, train)`. Nothing is
-    written (kmt-train also saves the tokenizer into its run directory)."""
-    import keras
+def recipe_config(experiment, overrides=()):
+    """An experiment's config composed and validated as kmt-train composes it (`overrides` are Hydra overrides)."""
     from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
 
     from kmt import config as config_lib
-    from kmt.data import load_corpus
-    from kmt.data.pipeline import encode_split
-    from kmt.tokenizer import Vocabularies
 
     config_lib.register_configs()
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("config", overrides=[f"experiment={experiment}", *overrides])
     config_lib.validate(cfg)
+    return cfg
+
+
+def recipe_training_split(experiment, overrides=()):
+    """An experiment's config composed as kmt-train composes it (`overrides` are Hydra overrides), the vocabulary
+    kmt-train would train on its training split, and that split encoded: `(cfg, vocabularies, train)`. Nothing is
+    written (kmt-train also saves the tokenizer into its run directory)."""
+    import keras
+    from omegaconf import OmegaConf
+
+    from kmt.data import load_corpus
+    from kmt.data.pipeline import encode_split
+    from kmt.tokenizer import Vocabularies
+
+    cfg = recipe_config(experiment, overrides)
     keras.utils.set_random_seed(cfg.seed)  # before the tokenizer: TF's seed reset drops SentencePiece resources
     corpus = load_corpus(cfg.data)
     vocabularies = Vocabularies.train(corpus["train"].source, corpus["train"].target,

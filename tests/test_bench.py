@@ -17,7 +17,7 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 SCRIPTS = ["attention_scaling", "batching", "decode_speed", "decode_sweep", "fit_teardown", "loss_speed", "multi30k",
-           "multi30k_jax", "profile_step", "resume_stream", "train_throughput"]
+           "multi30k_jax", "profile_step", "resume_stream", "step_variants", "train_throughput"]
 
 
 def bench_env():
@@ -134,6 +134,26 @@ def test_loss_speed_times_textbook_losses_that_compute_kmts_values(monkeypatch, 
         ours.update_state(y, logits)
         assert float(textbook.result()) == pytest.approx(float(ours.result()), rel=1e-6)
     assert 0 < float(accuracy.result()) < 1
+
+
+def test_step_variants_merge_onto_the_base_and_refuse_data_changes_and_bad_values(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    import step_variants
+    from common import recipe_config
+
+    base = recipe_config("multi30k_en_de")
+    configs = step_variants.variant_configs(base, ["nodrop:model.attention_dropout=0,model.activation_dropout=0",
+                                                   "fp32:trainer.precision=float32"])
+    assert list(configs) == ["base", "nodrop", "fp32"]
+    assert configs["nodrop"].model.attention_dropout == 0 and configs["nodrop"].model.dropout == base.model.dropout
+    assert configs["fp32"].trainer.precision == "float32" and base.trainer.precision == "mixed_bfloat16"
+    for spec, message in [("big:data.max_tokens=8192", "changes data settings"),
+                          ("typo:model.dropuot=0.1", "model.dropuot"),
+                          ("bad:model.dropout=1.5", "dropout")]:
+        with pytest.raises(SystemExit, match=message):
+            step_variants.variant_configs(base, [spec])
+    with pytest.raises(SystemExit):
+        step_variants.parse_args(["--variant", "base:model.dropout=0.2"])
 
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
