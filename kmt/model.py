@@ -3,6 +3,7 @@
 import keras
 
 from kmt.layers import DecoderLayer, EncoderLayer, PositionalEmbedding
+from kmt.layers.dropout import Dropout
 from kmt.layers.feedforward import check_divisible
 from kmt.layers.masks import source_attention_mask, target_attention_mask
 
@@ -115,10 +116,10 @@ def build_transformer(
     def embedded(layer, ids, side, word_dropout):
         # The Dropout layers are made before the embedding is called (and makes its weights), as they always were:
         # each takes a seed from the global generator, so this order keeps a seed's weights and masks what they were.
-        embedding_dropout = keras.layers.Dropout(dropout, name=f"{side}_embedding_dropout")
+        embedding_dropout = Dropout(dropout, name=f"{side}_embedding_dropout")
         h = layer(ids)  # (B, L, D)
         if word_dropout:  # one draw a position: noise shape (B, L, 1)
-            h = keras.layers.Dropout(word_dropout, noise_shape=(None, None, 1), name=f"{side}_word_dropout")(h)
+            h = Dropout(word_dropout, noise_shape=(None, None, 1), name=f"{side}_word_dropout")(h)
         return embedding_dropout(h)
 
     x = embedded(source_embedding, source, "source", source_word_dropout)  # (B, S, D)
@@ -145,7 +146,7 @@ def build_transformer(
 
 
 def residual_dropouts(model):
-    """The `keras.layers.Dropout` layers whose rate is `build_transformer`'s `dropout` (P_drop): on the embeddings
+    """The Dropout layers (`kmt.layers.Dropout`) whose rate is `build_transformer`'s `dropout` (P_drop): on the embeddings
     and on every sublayer's output before its residual connection; not those on attention weights or inside the
     feed-forward networks (`attention_dropout`, `activation_dropout`), nor word dropout."""
     found = []

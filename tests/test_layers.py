@@ -8,6 +8,7 @@ from keras import ops
 from kmt.layers import (
     MASK_VALUE,
     DecoderLayer,
+    Dropout,
     EncoderLayer,
     FeedForward,
     MultiHeadAttention,
@@ -170,3 +171,26 @@ def test_decoder_returns_cross_attention_weights_on_request():
     assert weights.shape == (2, 2, 3, 5)
     np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
     assert np.abs(weights[1, :, :, 3:]).max() < 1e-6  # masked source positions get no attention
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.3])
+def test_dropout_drops_the_rate_it_is_given_and_keeps_the_mean_in_bfloat16(rate):
+    x = ops.ones((2000, 1000), dtype="bfloat16")  # 2M draws: the kept fraction's standard error is 0.0003
+    layer = Dropout(rate, dtype="mixed_bfloat16", seed=1)
+    y = ops.convert_to_numpy(ops.cast(layer(x, training=True), "float32"))
+    assert (y != 0).mean() == pytest.approx(1 - rate, abs=0.0015)
+    assert y.mean() == pytest.approx(1.0, abs=0.002)
+    assert set(np.unique(y)) == {0.0, float(ops.cast(ops.cast(1 / (1 - rate), "bfloat16"), "float32"))}
+    assert ops.convert_to_numpy(ops.cast(layer(x, training=False), "float32")).min() == 1.0
+    if keras.backend.backend() == "tensorflow":  # what Keras's own Dropout does there: draws in bfloat16
+        theirs = keras.layers.Dropout(rate, dtype="mixed_bfloat16", seed=1)
+        kept = (ops.convert_to_numpy(ops.cast(theirs(x, training=True), "float32")) != 0).mean()
+        assert kept < 1 - rate - 0.001  # 128 bfloat16 uniform values: rate 0.1 drops 10.16%, 0.3 drops 30.47%
+
+
+def test_dropout_noise_shape_drops_whole_positions():
+    x = ops.ones((8, 50, 16))
+    y = ops.convert_to_numpy(Dropout(0.5, noise_shape=(None, None, 1), seed=2)(x, training=True))
+    per_position = y.reshape(-1, 16)
+    assert all(len(set(row)) == 1 for row in per_position)  # each position all kept (x2) or all dropped
+    assert 0 < (per_position[:, 0] == 0).mean() < 1

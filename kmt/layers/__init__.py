@@ -2,6 +2,7 @@
 
 from kmt.layers.attention import MultiHeadAttention
 from kmt.layers.decoder import DecoderLayer
+from kmt.layers.dropout import Dropout
 from kmt.layers.embedding import PositionalEmbedding, positional_encoding, sinusoids
 from kmt.layers.encoder import EncoderLayer
 from kmt.layers.feedforward import FeedForward
@@ -18,6 +19,7 @@ __all__ = [
     "MASK_VALUE",
     "PAD_ID",
     "DecoderLayer",
+    "Dropout",
     "EncoderLayer",
     "FeedForward",
     "MultiHeadAttention",

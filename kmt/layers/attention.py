@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from kmt.layers.dropout import Dropout
 from kmt.layers.masks import apply_mask
 
 
@@ -88,7 +89,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.value_dense = projection(self.num_heads * value_dim, "value", value_shape)
         output_dim = self.output_dim or query_shape[-1]
         self.output_dense = projection(output_dim, "attention_output", (*query_shape[:-1], self.num_heads * value_dim))
-        self.weights_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="weights_dropout")
+        self.weights_dropout = Dropout(self.dropout, dtype=self.dtype_policy, name="weights_dropout")
         self.built = True
 
     def _split_heads(self, x, head_dim):

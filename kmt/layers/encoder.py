@@ -3,6 +3,7 @@
 import keras
 
 from kmt.layers.attention import MultiHeadAttention
+from kmt.layers.dropout import Dropout
 from kmt.layers.feedforward import FeedForward, check_divisible, residual
 
 
@@ -73,7 +74,7 @@ class EncoderLayer(keras.layers.Layer):
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=f"{name}_norm"
         )
         norm.build(inputs_shape)
-        return norm, keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=f"{name}_dropout")
+        return norm, Dropout(self.dropout, dtype=self.dtype_policy, name=f"{name}_dropout")
 
     def build(self, inputs_shape):
         check_divisible(self.hidden_dim, self.num_heads)

@@ -2,6 +2,8 @@
 
 import keras
 
+from kmt.layers.dropout import Dropout
+
 
 @keras.saving.register_keras_serializable(package="kmt")
 class FeedForward(keras.layers.Layer):
@@ -34,7 +36,7 @@ class FeedForward(keras.layers.Layer):
             self.intermediate_dim, activation=self.activation, dtype=self.dtype_policy, name="intermediate"
         )
         self.intermediate_dense.build(inputs_shape)
-        self.intermediate_dropout = keras.layers.Dropout(
+        self.intermediate_dropout = Dropout(
             self.activation_dropout, dtype=self.dtype_policy, name="intermediate_dropout"
         )
         self.output_dense = keras.layers.Dense(self.hidden_dim, dtype=self.dtype_policy, name="output")
