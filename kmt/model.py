@@ -146,9 +146,9 @@ def build_transformer(
 
 
 def residual_dropouts(model):
-    """The Dropout layers (`kmt.layers.Dropout`) whose rate is `build_transformer`'s `dropout` (P_drop): on the embeddings
-    and on every sublayer's output before its residual connection; not those on attention weights or inside the
-    feed-forward networks (`attention_dropout`, `activation_dropout`), nor word dropout."""
+    """The Dropout layers (`kmt.layers.Dropout`) whose rate is `build_transformer`'s `dropout` (P_drop): on the
+    embeddings and on every sublayer's output before its residual connection; not those on attention weights or inside
+    the feed-forward networks (`attention_dropout`, `activation_dropout`), nor word dropout."""
     found = []
     for layer in model.layers:
         if layer.name in ("source_embedding_dropout", "target_embedding_dropout"):
