@@ -123,6 +123,35 @@ def recipe_model(cfg, vocabularies, total_steps):
     return compile_model(model, cfg, build_schedule(cfg.optim, cfg.model.hidden_dim, total_steps))
 
 
+def recipe_steps(cfg, train, steps):
+    """The first `steps` batches of the seeded, shuffled, repeated training stream kmt-train makes from `train`,
+    cached (so a bench does not time the input pipeline), their real target tokens, and the updates of a whole run
+    (what `recipe_model` plans its schedule for): `(stream, tokens, total_steps)`."""
+    from kmt.data.pipeline import count_batches, make_dataset
+
+    batching = dict(max_length=cfg.model.max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size)
+    total_steps = cfg.trainer.epochs * count_batches(train, **batching, bucket_width=cfg.data.bucket_width,
+                                                     repeated=True)
+    stream = make_dataset(train, **batching, bucket_width=cfg.data.bucket_width, shuffle=True, seed=cfg.seed,
+                          repeat=True).take(steps).cache()
+    tokens = sum(int((target_out.numpy() != 0).sum()) for _, target_out in stream)  # fills the cache
+    return stream, tokens, total_steps
+
+
+def fits_side_by_side(models, stream, steps, repeats):
+    """`{name: [seconds, ...]}`: one untimed fit of each model (tracing), then `repeats` rounds that fit each once on
+    `stream`, rotating which goes first, timed by `fit_seconds`."""
+    for model in models.values():
+        fit_seconds(model, stream, steps)
+    seconds = {name: [] for name in models}
+    order = list(models)
+    for _ in range(repeats):
+        for name in order:
+            seconds[name].append(fit_seconds(models[name], stream, steps))
+        order = order[1:] + order[:1]
+    return seconds
+
+
 def fit_seconds(model, data, steps):
     """Seconds that `model.fit(data, steps_per_epoch=steps, epochs=1)` spends training its one epoch, as kmt-train
     times its epochs (`kmt.callbacks.TrainingStats`): its steps, and not the teardown after them.

@@ -15,9 +15,10 @@ objects (`kmt.losses`), which compute the same values:
   that set -0.0 apart from 0.0.
 
 Each takes the first `--steps` batches of the shuffled training stream kmt-train makes (cached, so the input
-pipeline is not timed). After one untimed fit each (tracing), every round fits each model once, alternating which
-goes first, timed as kmt-train times an epoch (`common.fit_seconds`). Figures are medians over rounds; the ratio is
-the textbook step's time over kmt's. Nothing is asserted.
+pipeline is not timed; `common.recipe_steps`). After one untimed fit each (tracing), every round fits each model
+once, alternating which goes first (`common.fits_side_by_side`), timed as kmt-train times an epoch
+(`common.fit_seconds`). Figures are medians over rounds; the ratio is the textbook step's time over kmt's.
+Nothing is asserted.
 """
 
 import argparse
@@ -26,8 +27,8 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from common import (add_recipe_arguments, fit_seconds, median, print_json, print_table, recipe_model,  # noqa: E402
-                    recipe_training_split, require_positive)
+from common import (add_recipe_arguments, fits_side_by_side, median, print_json, print_table,  # noqa: E402
+                    recipe_model, recipe_steps, recipe_training_split, require_positive)
 
 
 def parse_args(argv=None):
@@ -73,31 +74,16 @@ def textbook_losses(label_smoothing):
 def main(argv=None):
     args = parse_args(argv)  # before TensorFlow is imported (seconds): --help and usage errors answer at once
     import kmt  # noqa: F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
-    from kmt.data.pipeline import count_batches, make_dataset
-
     cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)
-    batching = dict(max_length=cfg.model.max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size)
-    total_steps = cfg.trainer.epochs * count_batches(train, **batching, bucket_width=cfg.data.bucket_width,
-                                                     repeated=True)
-    stream = make_dataset(train, **batching, bucket_width=cfg.data.bucket_width, shuffle=True, seed=cfg.seed,
-                          repeat=True).take(args.steps).cache()
-    tokens = sum(int((target_out.numpy() != 0).sum()) for _, target_out in stream)  # fills the cache
+    stream, tokens, total_steps = recipe_steps(cfg, train, args.steps)
     models = {"kmt": recipe_model(cfg, vocabularies, total_steps)}
     textbook = recipe_model(cfg, vocabularies, total_steps)
     loss, metrics = textbook_losses(cfg.optim.label_smoothing)
     textbook.compile(optimizer=textbook.optimizer, loss=loss, metrics=metrics)
     models["textbook"] = textbook
-    for model in models.values():
-        fit_seconds(model, stream, args.steps)  # traces
     print(f"{args.experiment}: {models['kmt'].count_params():,} parameters, {cfg.trainer.precision}, {args.steps} "
           f"steps of {tokens / args.steps:,.0f} target tokens a model and round", file=sys.stderr)
-
-    seconds = {name: [] for name in models}
-    order = list(models)
-    for _ in range(args.repeats):
-        for name in order:
-            seconds[name].append(fit_seconds(models[name], stream, args.steps))
-        order.reverse()
+    seconds = fits_side_by_side(models, stream, args.steps, args.repeats)
     rows = []
     for name, times in seconds.items():
         step = median(times) / args.steps

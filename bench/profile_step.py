@@ -27,7 +27,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from common import (add_recipe_arguments, fit_seconds, print_json, print_table, recipe_model,  # noqa: E402
-                    recipe_training_split, require_positive)
+                    recipe_steps, recipe_training_split, require_positive)
 
 
 def parse_args(argv=None):
@@ -89,16 +89,9 @@ def main(argv=None):
     import kmt  # noqa: F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
     import tensorflow as tf
 
-    from kmt.data.pipeline import count_batches, make_dataset
-
     cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)
-    batching = dict(max_length=cfg.model.max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size)
-    total_steps = cfg.trainer.epochs * count_batches(train, **batching, bucket_width=cfg.data.bucket_width,
-                                                     repeated=True)
+    stream, tokens, total_steps = recipe_steps(cfg, train, args.steps)
     model = recipe_model(cfg, vocabularies, total_steps)
-    stream = make_dataset(train, **batching, bucket_width=cfg.data.bucket_width, shuffle=True, seed=cfg.seed,
-                          repeat=True).take(args.steps).cache()
-    tokens = sum(int((target_out.numpy() != 0).sum()) for _, target_out in stream)  # fills the cache
     fit_seconds(model, stream, args.steps)  # traces
     plain = fit_seconds(model, stream, args.steps)
     with tempfile.TemporaryDirectory() as scratch:

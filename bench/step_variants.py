@@ -20,8 +20,8 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from common import (add_recipe_arguments, fit_seconds, median, print_json, print_table, recipe_model,  # noqa: E402
-                    recipe_training_split, require_positive)
+from common import (add_recipe_arguments, fits_side_by_side, median, print_json, print_table,  # noqa: E402
+                    recipe_model, recipe_steps, recipe_training_split, require_positive)
 
 BASE = "base"
 
@@ -68,28 +68,13 @@ def variant_configs(base, specs):
 def main(argv=None):
     args = parse_args(argv)  # before TensorFlow is imported (seconds): --help and usage errors answer at once
     import kmt  # noqa: F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
-    from kmt.data.pipeline import count_batches, make_dataset
-
     cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)
     configs = variant_configs(cfg, args.variant)
-    batching = dict(max_length=cfg.model.max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size)
-    total_steps = cfg.trainer.epochs * count_batches(train, **batching, bucket_width=cfg.data.bucket_width,
-                                                     repeated=True)
-    stream = make_dataset(train, **batching, bucket_width=cfg.data.bucket_width, shuffle=True, seed=cfg.seed,
-                          repeat=True).take(args.steps).cache()
-    tokens = sum(int((target_out.numpy() != 0).sum()) for _, target_out in stream)  # fills the cache
+    stream, tokens, total_steps = recipe_steps(cfg, train, args.steps)
     models = {name: recipe_model(config, vocabularies, total_steps) for name, config in configs.items()}
-    for model in models.values():
-        fit_seconds(model, stream, args.steps)  # traces
     print(f"{args.experiment}: {len(models)} models, {args.steps} steps of {tokens / args.steps:,.0f} target tokens a "
           f"model and round", file=sys.stderr)
-
-    seconds = {name: [] for name in models}
-    order = list(models)
-    for _ in range(args.repeats):
-        for name in order:
-            seconds[name].append(fit_seconds(models[name], stream, args.steps))
-        order = order[1:] + order[:1]
+    seconds = fits_side_by_side(models, stream, args.steps, args.repeats)
     rows = []
     for (name, times), spec in zip(seconds.items(), [""] + [spec.partition(":")[2] for spec in args.variant]):
         step = median(times) / args.steps

@@ -34,7 +34,7 @@ def gradient(fn, x):
     if keras.backend.backend() == "jax":
         import jax
 
-        return np.asarray(jax.grad(lambda v: fn(v))(x))
+        return np.asarray(jax.grad(fn)(x))
     import tensorflow as tf
 
     x = tf.constant(x)
