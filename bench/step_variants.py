@@ -1,7 +1,7 @@
 """What a config change costs a training step: an experiment's model and variants of it, side by side in one process,
 on the experiment's real batches.
 
-    python bench/step_variants.py --variant nodrop:model.attention_dropout=0,model.activation_dropout=0
+    python bench/step_variants.py --variant act:model.activation_dropout=0.1    # the recipe before c4d7c5d
     python bench/step_variants.py --variant fp32:trainer.precision=float32 --variant wide:model.intermediate_dim=2048
 
 The base is the experiment's config as kmt-train composes it (trailing arguments are Hydra overrides, and apply to

@@ -2,8 +2,7 @@
 
 import keras
 
-from kmt.layers import DecoderLayer, EncoderLayer, PositionalEmbedding
-from kmt.layers.dropout import Dropout
+from kmt.layers import DecoderLayer, Dropout, EncoderLayer, PositionalEmbedding
 from kmt.layers.feedforward import check_divisible
 from kmt.layers.masks import source_attention_mask, target_attention_mask
 
