@@ -3,19 +3,18 @@
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 
+from kmt.cli.configs import config_dir
 from kmt.config import register_configs
 
-CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 register_configs()
 
 
 def compose_config(*overrides):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         return compose("config", overrides=["debug=smoke", *overrides])
 
 

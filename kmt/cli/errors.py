@@ -9,6 +9,7 @@ treatment from `exit_on_user_error`; anything else is a bug and keeps its traceb
 import contextlib
 import itertools
 import logging
+import os
 import sys
 
 from hydra import compose, initialize_config_dir
@@ -83,13 +84,30 @@ def _jobs(overrides):
     return itertools.islice(itertools.product(*choices), _MAX_SWEEP_JOBS_CHECKED)
 
 
+def _user_config_dir(argv):
+    """The directory `--config-dir DIR` (or `-cd DIR`, `--config-dir=DIR`) adds to the search path, or None."""
+    for i, arg in enumerate(argv):
+        if arg in ("-cd", "--config-dir") and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--config-dir="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 def check_overrides(config_dir, config_name, argv):
-    """Composes the config for each job the command line asks for and validates it; exits on the first problem."""
+    """Composes the config for each job the command line asks for and validates it; exits on the first problem.
+
+    A user's `--config-dir` joins the search path where Hydra puts it (after `config_dir`), as `hydra.searchpath`."""
     from kmt.config import validate
 
     overrides = _overrides(argv)
     if overrides is None:
         return
+    user_dir = _user_config_dir(argv)
+    if user_dir is not None:
+        if not os.path.isdir(user_dir):
+            fail(f"--config-dir {user_dir}: no such directory")
+        overrides = [f"hydra.searchpath=['file://{os.path.abspath(user_dir)}']", *overrides]
     try:
         with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
             for job in _jobs(overrides):

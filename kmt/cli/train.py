@@ -3,23 +3,22 @@
 import logging
 import os
 import sys
-from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 
+from kmt.cli.configs import config_dir  # noqa: E402
 from kmt.cli.errors import check_overrides, exit_on_user_error, quiet_tensorflow  # noqa: E402
 from kmt.config import register_configs  # noqa: E402
 
-CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 logger = logging.getLogger("kmt")
 
 register_configs()
 
 
-@hydra.main(config_path=CONFIG_DIR, config_name="config", version_base="1.3")
+@hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")
 def run(cfg):
     from kmt.training import train  # the data and training code load here, after the config is known to be good
 
@@ -30,7 +29,7 @@ def run(cfg):
 
 
 def main():
-    check_overrides(CONFIG_DIR, "config", sys.argv[1:])
+    check_overrides(config_dir(), "config", sys.argv[1:])
     run()
 
 
