@@ -1,14 +1,16 @@
-"""Config schema: dataclasses registered in Hydra's ConfigStore, the single source of config names.
+"""Config schema: dataclasses registered in Hydra's ConfigStore, the single source of config names and defaults.
 
-YAML files under `conf/` pick values; these classes give every field its type, default and reason. Hydra
-rejects unknown keys and wrong types against this schema; `validate` checks what types cannot (ranges, divisibility)
-before any data is read.
+The defaults here are exactly what `kmt-train` runs with no overrides (the dates job: data=dates, model=tiny,
+optim=noam, trainer=default, whose files under `conf/` restate nothing); every other option under `conf/` sets only
+what differs. Each field's trailing comment is its one-line why; docs/gen_config_reference.py turns them into the
+configuration reference. Hydra rejects unknown keys and wrong types against this schema; `validate` checks what types
+cannot (ranges, divisibility) before any data is read.
 """
 
 from dataclasses import dataclass, field
 from typing import Optional
 
-from omegaconf import MISSING, OmegaConf
+from omegaconf import OmegaConf
 
 from kmt.errors import ConfigError
 
@@ -20,7 +22,7 @@ OBJECTIVES = ("loss", "ppl", "accuracy", "bleu", "chrf", "exact_match")  # what 
 
 @dataclass
 class TokenizerConfig:
-    vocab_size: int = 8000  # subword pieces; a soft limit, small corpora may yield fewer
+    vocab_size: int = 400  # subword pieces; a soft limit, small corpora may yield fewer (corpora of real text: 8000+)
     model_type: str = "unigram"  # SentencePiece algorithm: unigram or bpe
     character_coverage: float = 1.0  # 1.0 keeps every character of small corpora
     byte_fallback: bool = True  # spell unseen characters as UTF-8 bytes instead of <unk>
@@ -38,42 +40,43 @@ class DataConfig:
     dir: str = "${oc.env:KMT_DATA_DIR,data}"  # where corpora live (and are downloaded to)
     download: bool = True  # fetch a missing public corpus into `dir`
     source_lang: str = "en"  # multi30k: en, de, fr or cs
-    target_lang: str = "de"
+    target_lang: str = "de"  # multi30k: the other side of the pair
     tokenized: bool = False  # multi30k: the lowercased, Moses-tokenized tok/ copies published numbers use
     seed: int = 1234  # generated data and the spa_eng split
     num_train: int = 20000  # dates: generated training pairs
     num_val: int = 1000  # dates: validation pairs (and spa_eng: unique English sentences held out)
     num_test: int = 1000  # dates: test pairs (and spa_eng: unique English sentences held out)
     limit: Optional[int] = None  # use only the first `limit` pairs of each split (smoke tests, quick looks)
-    max_tokens: int = 4096  # tokens per batch, bucketed by length; 0 to batch by batch_size
+    max_tokens: int = 2048  # tokens per batch, bucketed by length (real corpora: 4096); 0 to batch by batch_size
     batch_size: int = 64  # sentences per batch when max_tokens is 0
     bucket_width: int = 0  # length buckets every N tokens (1: one per length, least padding); 0: fixed edges
     pad_to_bucket: bool = False  # pad batches to their bucket's width: fixed shapes, for trainer.jit_compile
     subword_sampling: float = 0.0  # alpha of subword regularization: each pass samples a segmentation of every
     # training sentence (unigram vocabularies; 0.5 changes about a third of sentences, 0.1 doubles their pieces);
     # 0: always the best segmentation
-    train: SplitFiles = field(default_factory=SplitFiles)  # data=parallel
-    val: SplitFiles = field(default_factory=SplitFiles)
-    test: SplitFiles = field(default_factory=SplitFiles)
-    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    train: SplitFiles = field(default_factory=SplitFiles)  # data=parallel: the training pairs' files
+    val: SplitFiles = field(default_factory=SplitFiles)  # data=parallel: the validation pairs' files
+    test: SplitFiles = field(default_factory=SplitFiles)  # data=parallel: optional (no test metrics without them)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)  # the joint subword vocabulary
 
 
 @dataclass
 class ModelConfig:
-    num_layers: int = 6  # encoder layers N (the paper: 6)
-    num_decoder_layers: Optional[int] = None  # decoder layers; None means num_layers
-    hidden_dim: int = 512  # d_model
-    num_heads: int = 8  # h; must divide hidden_dim
-    intermediate_dim: int = 2048  # d_ff of the feed-forward networks
-    dropout: float = 0.1  # P_drop: residual and embedding dropout
+    num_layers: int = 2  # encoder layers N (the paper's base: 6)
+    num_decoder_layers: Optional[int] = None  # decoder layers; null means num_layers
+    hidden_dim: int = 64  # d_model (the paper's base: 512)
+    num_heads: int = 4  # h; must divide hidden_dim (the paper's base: 8)
+    intermediate_dim: int = 256  # d_ff of the feed-forward networks (the paper's base: 2048)
+    dropout: float = 0.1  # P_drop: residual and embedding dropout (the paper's base: 0.1)
     attention_dropout: float = 0.0  # dropout on attention weights
     activation_dropout: float = 0.0  # dropout after the feed-forward ReLU
     late_dropout: Optional[float] = None  # residual and embedding dropout from epoch late_dropout_after + 1 on, in
-    # place of model.dropout ("late dropout", Liu et al., 2023: learn fast, then regularize); None: off
+    # place of model.dropout ("late dropout", Liu et al., 2023: learn fast, then regularize); null: off
     late_dropout_after: int = 0  # epochs trained with model.dropout before late_dropout takes over
     source_word_dropout: float = 0.0  # word dropout: zero a source token's whole embedded vector with this probability
     target_word_dropout: float = 0.0  # the same on the decoder's input tokens
-    max_length: int = 128  # longest sentence in tokens: longer training pairs are dropped, inputs truncated
+    max_length: int = 48  # longest sentence in tokens: longer training pairs are dropped, inputs truncated (dates
+    # are short; corpora of real text: 128-256)
     norm_first: bool = False  # pre-norm instead of the paper's post-norm
     shared_embeddings: bool = True  # one joint vocabulary and embedding for source and target
     tied_output: bool = True  # pre-softmax projection = target embedding transposed
@@ -82,15 +85,16 @@ class ModelConfig:
 
 @dataclass
 class OptimConfig:
-    warmup_steps: int = 4000  # Noam warm-up; the peak learning rate is at this step
+    warmup_steps: int = 400  # Noam warm-up; the peak learning rate is at this step (the paper's base: 4000 on WMT)
     lr_scale: float = 1.0  # multiplies the Noam schedule (small data likes 1-2)
     beta_1: float = 0.9  # Adam, as in the paper
-    beta_2: float = 0.98
-    epsilon: float = 1e-9
+    beta_2: float = 0.98  # Adam, as in the paper
+    epsilon: float = 1e-9  # Adam, as in the paper
     label_smoothing: float = 0.1  # epsilon_ls of the paper
-    clipnorm: Optional[float] = None  # clip gradients to this global norm; None: no clipping
+    clipnorm: Optional[float] = None  # clip gradients to this global norm; null: no clipping
     weight_decay: float = 0.0  # decoupled weight decay (AdamW, Loshchilov & Hutter 2019): every update also shrinks
-    # the kernels and embeddings by learning rate x this (biases and LayerNorm scales and offsets are left alone); 0: Adam
+    # the kernels and embeddings by learning rate x this (biases and LayerNorm scales and offsets are left alone);
+    # 0: Adam
     cooldown: float = 0.0  # last fraction of the run's updates (trainer.epochs) in which the rate falls linearly to ~0
     gradient_accumulation_steps: int = 1  # batches whose mean gradient makes one update (fairseq's --update-freq):
     # N x data.max_tokens tokens an update on a machine that holds one batch; warmup_steps and cooldown count updates
@@ -124,7 +128,7 @@ class DecodeConfig:
     beam_size: int = 4  # 1 is greedy search
     length_penalty: float = 0.6  # GNMT alpha: score / ((5 + |Y|) / 6) ** alpha
     max_length_a: float = 1.5  # output limit: a * source length + b tokens (capped by model.max_length)
-    max_length_b: int = 10
+    max_length_b: int = 10  # the b of the output limit above
     batch_size: int = 64  # sentences per decoding batch when scoring val/test
     sampling_topk: int = 1  # with beam_size 1: 0 draws each token from the whole distribution, k > 1 from the k most
     # probable (back-translation, Edunov et al. 2018; OpenNMT-tf's sampling_topk); 1 is greedy search
@@ -135,13 +139,13 @@ class DecodeConfig:
 
 @dataclass
 class Config:
-    name: str = "dates"  # experiment name: runs/<name>/<timestamp>/
+    name: str = "${data.name}"  # run name: runs/<name>/<timestamp>/
     seed: int = 1234  # weights, dropout and shuffling
-    data: DataConfig = MISSING
-    model: ModelConfig = MISSING
-    optim: OptimConfig = MISSING
-    trainer: TrainerConfig = MISSING
-    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    data: DataConfig = field(default_factory=DataConfig)  # the corpus, its vocabulary and its batches
+    model: ModelConfig = field(default_factory=ModelConfig)  # the Transformer's shape and regularization
+    optim: OptimConfig = field(default_factory=OptimConfig)  # Adam, the Noam schedule and the loss
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)  # the model.fit loop, checkpoints and export
+    decode: DecodeConfig = field(default_factory=DecodeConfig)  # search for val/test scores and the export
 
 
 def onto_schema(saved):
