@@ -8,6 +8,9 @@ through the SavedModel with beam search, and print one results row (markdown) pl
 
 Scores: sacreBLEU (cased, 13a, raw references), chrF, and the lowercased Moses-tokenized BLEU that published
 Multi30k numbers use (against $KMT_DATA_DIR/multi30k/tok/). Corpora come from $KMT_DATA_DIR (default ./data).
+Before training starts, every file the run trains on and is scored against (the raw and tok/ test references
+included) is found there or fetched from the Multi30k repository ($KMT_MULTI30K_URL names another copy, e.g. a
+file:// folder); one that is neither stops the bench at once with a line naming it.
 
 `--tok-data` trains, validates and tests on the lowercased, punctuation-normalized, Moses-tokenized copies in tok/
 (`data.tokenized=true`), as the published systems did; runs go to runs/bench/multi30k_<direction>_tok/. The output
@@ -23,14 +26,13 @@ import argparse
 import csv
 import datetime
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from common import hardware
+from common import CONFIG_DIR, hardware, recipe_config
 
 ANCHORS = {"en_de": "fairseq Transformer 4+4, d=128, avg 10, beam 5: 41.02", "de_en": "Transformer 3+3, d=256, greedy: 36.52"}
 
@@ -54,7 +56,6 @@ def main():
     args = parse_args()
     direction, tok_data, user_overrides = args.direction, args.tok_data, args.overrides
     source, target = direction.split("_")
-    data = Path(os.environ.get("KMT_DATA_DIR", "data")) / "multi30k"
     stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     run_dir = args.resume or Path("runs") / "bench" / f"multi30k_{direction}{'_tok' if tok_data else ''}" / stamp
     if args.resume:  # the run's own overrides, then the new ones (e.g. trainer.epochs=50 to train on)
@@ -64,6 +65,7 @@ def main():
             sys.exit(f"error: {args.resume} was not trained with --tok-data; resume it without")
         user_overrides = [*(item for item in saved if item != "data.tokenized=true"), *user_overrides]
     overrides = [*(["data.tokenized=true"] if tok_data else []), *user_overrides]
+    data = Path(prepare_corpus(recipe(direction, overrides), direction, tok_data)) / "multi30k"
     started = time.perf_counter()
     status, stopped_by = run_child([sys.executable, "-m", "kmt.cli.train", f"experiment=multi30k_{direction}",
                                     f"hydra.run.dir={run_dir}", *overrides])
@@ -121,6 +123,41 @@ def main():
     if tok_data:
         print("(trained and tested on tok/; sacreBLEU and chrF are lowercased, on the detokenized output)")
     print(json.dumps(row))
+
+
+def recipe(direction, overrides):
+    """The run's config, composed and validated as kmt-train will compose it; a bad override or value ends the bench
+    with kmt-train's one-line error, before anything is fetched."""
+    from kmt.cli.errors import check_overrides
+    from kmt.config import register_configs
+
+    register_configs()
+    check_overrides(CONFIG_DIR, "config", [f"experiment=multi30k_{direction}", *overrides])
+    return recipe_config(f"multi30k_{direction}", overrides)
+
+
+def prepare_corpus(cfg, direction, tok_data):
+    """Finds or fetches every Multi30k file the run will train on (per `cfg.data`) and be scored against: the test
+    sources it translates and the raw and tok/ references (`--tok-data` translates the tok/ sources). Returns the
+    data folder, `cfg.data.dir`; exits with one line naming the first file that is neither there nor fetchable.
+    Fetched files come from `$KMT_MULTI30K_URL` (else the Multi30k repository), each whole or not at all."""
+    from kmt.data.sources import MULTI30K_SPLITS, ensure_multi30k_file, multi30k_file
+    from kmt.errors import DataError
+
+    source, target = direction.split("_")
+    files = [("test", source, tok_data), ("test", target, False), ("test", target, True)]
+    if cfg.data.name == "multi30k":
+        files = [(split, lang, cfg.data.tokenized) for split in MULTI30K_SPLITS
+                 for lang in (cfg.data.source_lang, cfg.data.target_lang)] + files
+    for split, lang, tokenized in dict.fromkeys(files):
+        absent = not multi30k_file(cfg.data.dir, split, lang, tokenized).exists()
+        try:
+            path = ensure_multi30k_file(cfg.data.dir, split, lang, tokenized, download=cfg.data.download)
+        except DataError as error:
+            sys.exit(f"error: {' '.join(str(error).split())}")
+        if absent:
+            print(f"fetched {path}", flush=True)
+    return cfg.data.dir
 
 
 def run_child(command):

@@ -1,8 +1,10 @@
 """The benchmark scripts run: their --help explains, and the batching benchmark runs end to end on a slice of a real
 corpus with a tiny model (its figures are not checked: speed lives in benchmarks, not tests). The Multi30k bench
-stops its training with it and ends with a one-line error."""
+fetches every file it trains on and scores against before training (from a file:// upstream here), stops before
+training when one is missing, and stops its training with it when stopped, each time with a one-line error."""
 
 import collections
+import gzip
 import itertools
 import json
 import os
@@ -269,6 +271,100 @@ def test_the_multi30k_bench_finishes_a_resumed_run_that_had_trained_all_its_epoc
     assert row["epochs"] == 2 and 0 <= row["tokenized_bleu"] <= 100
     assert row["train_minutes"] == round(metrics["run_seconds"] / 60, 1)
     assert row["tokens_per_second"] == pytest.approx(metrics["tokens_per_second"], abs=1)  # the same epoch's
+
+
+def multi30k_upstream(root, tok=True):
+    """A file:// copy of the Multi30k repository (github multi30k/dataset) holding the first lines of the real En-De
+    files, laid out as it is: `data/task1/raw/<stem>.<lang>.gz` and, with `tok`, `data/task1/tok/<file>` (not
+    gzipped upstream); returns its URL."""
+    corpus = Path(os.environ["KMT_DATA_DIR"]) / "multi30k"
+    for stem, lines in [("train", 64), ("val", 16), ("test_2016_flickr", 16)]:
+        for lang in ("en", "de"):
+            for name, upstream in [(f"{stem}.{lang}", f"raw/{stem}.{lang}.gz"),
+                                   (f"tok/{stem}.lc.norm.tok.{lang}", f"tok/{stem}.lc.norm.tok.{lang}")]:
+                if upstream.startswith("tok/") and not tok:
+                    continue
+                with open(corpus / name, "rb") as f:
+                    data = b"".join(itertools.islice(f, lines))
+                path = root / "data" / "task1" / upstream
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+    return root.as_uri()
+
+
+def upstream_text(url, name):
+    """The text the upstream at `url` holds for `<data_dir>/multi30k/<name>` (raw files gunzipped)."""
+    root = Path(url.removeprefix("file://")) / "data" / "task1"
+    if name.startswith("tok/"):
+        return (root / name).read_bytes()
+    return gzip.decompress((root / "raw" / f"{name}.gz").read_bytes())
+
+
+def files_under(folder):
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file())
+
+
+RAW = [f"{stem}.{lang}" for stem in ("test_2016_flickr", "train", "val") for lang in ("de", "en")]
+TOK = [f"tok/{stem}.lc.norm.tok.{lang}" for stem in ("test_2016_flickr", "train", "val") for lang in ("de", "en")]
+
+
+@pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
+def test_the_multi30k_bench_fetches_what_it_trains_on_and_scores_against_before_training(tmp_path, monkeypatch,
+                                                                                         capsys):
+    # Before, only kmt-train fetched, and only the files it trains on: the bench found no tok/ references to score
+    # against once training had ended.
+    url = multi30k_upstream(tmp_path / "upstream")
+    monkeypatch.setenv("KMT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("KMT_MULTI30K_URL", url)
+    monkeypatch.syspath_prepend(str(BENCH))
+    import multi30k
+
+    folder = tmp_path / "data" / "multi30k"
+    assert multi30k.prepare_corpus(multi30k.recipe("en_de", []), "en_de", tok_data=False) == str(tmp_path / "data")
+    assert files_under(folder) == sorted([*RAW, "tok/test_2016_flickr.lc.norm.tok.de"])
+    assert all((folder / name).read_bytes() == upstream_text(url, name) for name in files_under(folder))
+    assert capsys.readouterr().out.splitlines() == [f"fetched {folder / name}" for name in [
+        "train.en", "train.de", "val.en", "val.de", "test_2016_flickr.en", "test_2016_flickr.de",
+        "tok/test_2016_flickr.lc.norm.tok.de"]]
+    # --tok-data trains on the tok/ copies and still scores against the raw references: only tok/ is left to fetch.
+    cfg = multi30k.recipe("en_de", ["data.tokenized=true"])
+    multi30k.prepare_corpus(cfg, "en_de", tok_data=True)
+    assert files_under(folder) == sorted([*RAW, *TOK])
+    assert all((folder / name).read_bytes() == upstream_text(url, name) for name in files_under(folder))
+    assert len(capsys.readouterr().out.splitlines()) == 5
+    # Everything found: nothing is fetched, from an upstream that is not there.
+    monkeypatch.setenv("KMT_MULTI30K_URL", (tmp_path / "nowhere").as_uri())
+    multi30k.prepare_corpus(cfg, "en_de", tok_data=True)
+    multi30k.prepare_corpus(multi30k.recipe("en_de", []), "en_de", tok_data=False)
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
+def test_the_multi30k_bench_runs_on_a_fresh_machine_from_the_upstream_alone(tmp_path):
+    url = multi30k_upstream(tmp_path / "upstream")
+    data = tmp_path / "data"
+    result = run_bench("multi30k", "en_de", "debug=smoke", cwd=tmp_path,
+                       env={"KMT_DATA_DIR": str(data), "KMT_MULTI30K_URL": url})
+    assert result.returncode == 0, result.stderr[-3000:]
+    row = json.loads(result.stdout.strip().splitlines()[-1])
+    assert row["epochs"] == 1 and 0 <= row["tokenized_bleu"] <= 100 and 0 <= row["sacrebleu"] <= 100
+    assert files_under(data / "multi30k") == sorted([*RAW, "tok/test_2016_flickr.lc.norm.tok.de"])
+
+
+@pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
+@pytest.mark.parametrize("flags, missing", [([], "test_2016_flickr.lc.norm.tok.de"),
+                                            (["--tok-data"], "train.lc.norm.tok.en")], ids=["raw", "tok-data"])
+def test_a_reference_the_upstream_lacks_stops_the_multi30k_bench_before_training(tmp_path, flags, missing):
+    url = multi30k_upstream(tmp_path / "upstream", tok=False)
+    data = tmp_path / "data"
+    result = run_bench("multi30k", "en_de", *flags, cwd=tmp_path,
+                       env={"KMT_DATA_DIR": str(data), "KMT_MULTI30K_URL": url})
+    assert result.returncode != 0
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: could not download {url}/data/task1/tok/{missing} (URLError: "), line
+    assert line.endswith(f"; place {missing} in {data}/multi30k/tok by hand"), line
+    assert not (tmp_path / "runs").exists()  # kmt-train never started
+    assert files_under(data) == ([] if flags else [f"multi30k/{name}" for name in RAW])  # no partial file either
 
 
 def test_a_failed_training_ends_the_multi30k_bench_with_its_one_line_error(tmp_path):

@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from kmt.data.sources import ParallelText, load_multi30k, load_parallel, load_spa_eng, read_parallel
+from kmt.data.sources import (
+    MULTI30K_URL,
+    ParallelText,
+    ensure_multi30k_file,
+    load_multi30k,
+    load_parallel,
+    load_spa_eng,
+    multi30k_url,
+    read_parallel,
+)
 from kmt.errors import DataError
 
 DATA_DIR = os.environ.get("KMT_DATA_DIR")
@@ -144,6 +153,27 @@ def test_multi30k_tokenized_real_files_are_lowercased_and_aligned():
     assert {k: len(v) for k, v in corpus.items()} == {"train": 29000, "val": 1014, "test": 1000}
     assert all(line == line.lower() for line in corpus["val"].target)
     assert corpus["test"].target_path.endswith("tok/test_2016_flickr.lc.norm.tok.de")
+
+
+def test_multi30k_upstream_is_kmt_multi30k_url_when_set(tmp_path, monkeypatch):
+    monkeypatch.delenv("KMT_MULTI30K_URL", raising=False)
+    assert multi30k_url() == MULTI30K_URL
+    url = fake_multi30k_upstream(tmp_path / "upstream", {"train": 2, "val": 2, "test_2016_flickr": 1})
+    monkeypatch.setenv("KMT_MULTI30K_URL", url + "/")
+    assert multi30k_url() == url + "/"
+    corpus = load_multi30k(tmp_path / "data", "en", "de")  # as kmt-train calls it: no url given
+    assert corpus["test"].source == ["en caption 0"]
+
+
+def test_multi30k_file_is_fetched_whole_or_not_at_all(tmp_path):
+    url = fake_multi30k_upstream(tmp_path / "upstream", {"test_2016_flickr": 3})  # no tok/ upstream
+    raw = ensure_multi30k_file(tmp_path / "data", "test", "de", url=url)
+    assert raw == tmp_path / "data" / "multi30k" / "test_2016_flickr.de" and raw.read_text().count("\n") == 3
+    assert ensure_multi30k_file(tmp_path / "data", "test", "de", download=False, url="file:///nowhere") == raw
+    missing = f"{url}/data/task1/tok/test_2016_flickr.lc.norm.tok.de"
+    raises_one_line(missing, "place test_2016_flickr.lc.norm.tok.de in", "by hand",
+                    call=lambda: ensure_multi30k_file(tmp_path / "data", "test", "de", tokenized=True, url=url))
+    assert sorted(path.name for path in (tmp_path / "data").rglob("*")) == ["multi30k", "test_2016_flickr.de"]
 
 
 def test_multi30k_failed_download_names_the_url(tmp_path):

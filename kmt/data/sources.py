@@ -2,7 +2,9 @@
 
 Three sources, each returning `{"train": ParallelText, "val": ..., "test": ...}`:
 
-- `load_multi30k`: Multi30k Task 1 (Flickr30k captions, en/de/fr/cs), fetched from its GitHub repository if absent.
+- `load_multi30k`: Multi30k Task 1 (Flickr30k captions, en/de/fr/cs), fetched from its GitHub repository if absent
+  (`$KMT_MULTI30K_URL`, when set, names another copy of that repository: a mirror, or a `file://` folder laid out as
+  it is, with `data/task1/raw/*.gz` and `data/task1/tok/*`).
 - `load_spa_eng`: the Tatoeba English-Spanish file of the Keras and TensorFlow tutorials, split by unique English
   sentence so that no source sentence of the test set was seen in training.
 - `load_parallel`: any pair of line-aligned UTF-8 files per split.
@@ -20,6 +22,7 @@ Example:
 
 import dataclasses
 import gzip
+import http.client
 import io
 import logging
 import os
@@ -37,6 +40,7 @@ from kmt.errors import DataError
 logger = logging.getLogger(__name__)
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master"
+MULTI30K_URL_VARIABLE = "KMT_MULTI30K_URL"  # overrides MULTI30K_URL, e.g. with a file:// copy (tests, offline)
 MULTI30K_LANGUAGES = ("en", "de", "fr", "cs")
 # kmt split name -> Multi30k file stem: test is the standard "test2016" (sacreBLEU multi30k/2016).
 MULTI30K_SPLITS = {"train": "train", "val": "val", "test": "test_2016_flickr"}
@@ -145,7 +149,8 @@ def _download(url: str, path: Path, unpack: Callable[[bytes], dict[Path, bytes]]
     try:
         with urllib.request.urlopen(url, timeout=_DOWNLOAD_TIMEOUT_S) as response:
             files = unpack(response.read())
-    except (OSError, EOFError, KeyError, ValueError, zlib.error, zipfile.BadZipFile) as error:
+    except (OSError, EOFError, KeyError, ValueError, zlib.error, zipfile.BadZipFile,
+            http.client.HTTPException) as error:  # IncompleteRead: the connection dropped mid-file
         reason = " ".join(str(getattr(error, "reason", error)).split())  # URLError keeps its cause in .reason
         raise DataError(
             f"could not download {url} ({type(error).__name__}: {reason}); place {path.name} in {path.parent} by hand"
@@ -171,26 +176,64 @@ def multi30k_file(data_dir: str | os.PathLike, split: str, lang: str, tokenized:
     return folder / "tok" / f"{stem}.lc.norm.tok.{lang}" if tokenized else folder / f"{stem}.{lang}"
 
 
+def multi30k_url() -> str:
+    """The root of the upstream Multi30k repository: `$KMT_MULTI30K_URL` when set, else `MULTI30K_URL`."""
+    return os.environ.get(MULTI30K_URL_VARIABLE) or MULTI30K_URL
+
+
+def ensure_multi30k_file(
+    data_dir: str | os.PathLike,
+    split: str,
+    lang: str,
+    tokenized: bool = False,
+    download: bool = True,
+    url: str | None = None,
+) -> Path:
+    """`multi30k_file(data_dir, split, lang, tokenized)`, fetched first if absent: the raw file from
+    `<url>/data/task1/raw/<file>.gz` (unpacked), the tokenized one from `<url>/data/task1/tok/<file>` (upstream keeps
+    tok/ uncompressed). The file appears whole or not at all.
+
+    Args:
+        data_dir: folder holding `multi30k/`.
+        split: "train", "val" or "test".
+        lang: "en", "de", "fr" or "cs".
+        tokenized: the lowercased, tokenized copy in `tok/` instead of the raw text. Defaults to `False`.
+        download: fetch the file when absent. Defaults to `True`.
+        url: root of the upstream repository (any `urllib` URL, `file://` included). Defaults to `multi30k_url()`.
+
+    Raises:
+        DataError: the file is absent and `download` is false, or fetching it failed (naming the URL and where to
+            place the file by hand).
+    """
+    path = multi30k_file(data_dir, split, lang, tokenized)
+    root = (url or multi30k_url()).rstrip("/")
+    if tokenized:
+        _ensure(path, download, f"{root}/data/task1/tok/{path.name}", lambda data: {path: data})
+    else:
+        _ensure(path, download, f"{root}/data/task1/raw/{path.name}.gz", lambda data: {path: gzip.decompress(data)})
+    return path
+
+
 def load_multi30k(
     data_dir: str | os.PathLike,
     source_lang: str,
     target_lang: str,
     download: bool = True,
-    url: str = MULTI30K_URL,
+    url: str | None = None,
     tokenized: bool = False,
 ) -> dict[str, ParallelText]:
-    """Load Multi30k Task 1 from `<data_dir>/multi30k/`, downloading absent files.
+    """Load Multi30k Task 1 from `<data_dir>/multi30k/`, downloading absent files (`ensure_multi30k_file`).
 
-    Raw, cased text: `{train,val,test_2016_flickr}.{lang}`, upstream `<url>/data/task1/raw/<file>.gz`. With
-    `tokenized`, the lowercased, punctuation-normalized, Moses-tokenized copies that published systems train and
-    score on: `tok/{stem}.lc.norm.tok.{lang}`, upstream `<url>/data/task1/tok/<file>` (not compressed).
+    Raw, cased text: `{train,val,test_2016_flickr}.{lang}`. With `tokenized`, the lowercased, punctuation-normalized,
+    Moses-tokenized copies that published systems train and score on: `tok/{stem}.lc.norm.tok.{lang}`.
 
     Args:
         data_dir: folder holding `multi30k/`.
         source_lang: one of "en", "de", "fr", "cs".
         target_lang: one of "en", "de", "fr", "cs", different from `source_lang`.
         download: fetch absent files from `url`. Defaults to `True`.
-        url: root of the upstream repository (any `urllib` URL, `file://` included). Defaults to `MULTI30K_URL`.
+        url: root of the upstream repository (any `urllib` URL, `file://` included). Defaults to `multi30k_url()`:
+            `$KMT_MULTI30K_URL` when set, else `MULTI30K_URL`.
         tokenized: read the lowercased, tokenized copies in `tok/` instead of the raw text. Defaults to `False`.
 
     Returns:
@@ -204,20 +247,11 @@ def load_multi30k(
             f"source_lang and target_lang must differ. Received: source_lang={source_lang!r}, "
             f"target_lang={target_lang!r}"
         )
-    corpus = {}
-    for split in MULTI30K_SPLITS:
-        paths = []
-        for lang in (source_lang, target_lang):
-            path = multi30k_file(data_dir, split, lang, tokenized)
-            if tokenized:  # upstream keeps tok/ uncompressed
-                file_url = f"{url.rstrip('/')}/data/task1/tok/{path.name}"
-                _ensure(path, download, file_url, lambda data, path=path: {path: data})
-            else:
-                file_url = f"{url.rstrip('/')}/data/task1/raw/{path.name}.gz"
-                _ensure(path, download, file_url, lambda data, path=path: {path: gzip.decompress(data)})
-            paths.append(path)
-        corpus[split] = read_parallel(*paths)
-    return corpus
+    return {
+        split: read_parallel(*(ensure_multi30k_file(data_dir, split, lang, tokenized, download, url)
+                               for lang in (source_lang, target_lang)))
+        for split in MULTI30K_SPLITS
+    }
 
 
 def load_spa_eng(
