@@ -1,0 +1,63 @@
+"""The documentation: README.md stays a short user's page with the commands CI runs, and the MkDocs site builds
+with `--strict` (no broken links, missing pages or missing figures)."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+# The README's three commands, as users (and CI) run them.
+INSTALL = 'python3.11 -m venv .venv && . .venv/bin/activate && pip install -e ".[dev]"'
+MAIN_JOB = "kmt-train"
+TESTS = "python -m pytest"
+COMMIT_HASH = re.compile(r"\b[0-9a-f]{7,40}\b", re.IGNORECASE)
+
+
+def test_mkdocs_builds_strictly(tmp_path):
+    site = tmp_path / "site"
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (site / "index.html").is_file()
+    assert (site / "architecture" / "index.html").is_file()
+    # The hook puts every bench/results/*.png into the site as results/figures/NAME.png.
+    figures = sorted(path.name for path in (ROOT / "bench" / "results").glob("*.png"))
+    assert figures, "bench/results/ holds no figure"
+    for name in figures:
+        assert (site / "results" / "figures" / name).is_file(), name
+
+
+def test_readme_is_short_and_has_no_commit_hashes():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines; at most 200"
+    hashes = [(number, match.group()) for number, line in enumerate(lines, 1) for match in COMMIT_HASH.finditer(line)]
+    assert not hashes, f"README.md lines with a hex string like a commit hash: {hashes}"
+
+
+def test_guides_have_no_commit_hashes():
+    found = []
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            found += [f"{page.relative_to(ROOT)}:{number}: {m.group()}" for m in COMMIT_HASH.finditer(line)]
+    assert not found, "hex strings like commit hashes in docs/: " + ", ".join(found)
+
+
+def test_readme_has_the_three_commands():
+    text = README.read_text(encoding="utf-8")
+    blocks = "\n".join(re.findall(r"```bash\n(.*?)```", text, re.DOTALL))
+    commands = [line.split("#")[0].strip() for line in blocks.splitlines()]
+    for command in (INSTALL, MAIN_JOB, TESTS):
+        assert command in commands, f"README.md's code blocks lack the command line {command!r}"
+
+
+def test_readme_links_resolve():
+    text = README.read_text(encoding="utf-8")
+    targets = [target for target in re.findall(r"\]\(([^)#\s]+)", text) if "://" not in target]
+    assert targets, "README.md links to no page of docs/"
+    missing = [target for target in targets if not (ROOT / target).exists()]
+    assert not missing, f"README.md links to missing files: {missing}"
