@@ -186,6 +186,9 @@ def train_tokenizer(
         minloglevel=2,
     )
     tokenizer = Tokenizer(model.getvalue())
+    if tokenizer.vocab_size < vocab_size:  # hard_vocab_limit=False: SentencePiece stops where the corpus runs out
+        logger.warning("tokenizer.vocab_size=%d is more than the training text fills; capped at %d pieces",
+                       vocab_size, tokenizer.vocab_size)
     logger.info("trained a %s vocabulary of %d pieces", model_type, tokenizer.vocab_size)
     return tokenizer
 
