@@ -1,4 +1,4 @@
-"""A run's checkpoints: find them by name, average the last N, rebuild a model from a run directory."""
+"""A run's checkpoints averaged, a model rebuilt from a run directory, the source of a fine-tuning run."""
 
 import logging
 from pathlib import Path
@@ -11,30 +11,9 @@ from kmt.run_dir import RunDir, load_weights
 logger = logging.getLogger(__name__)
 
 
-def epoch_checkpoints(run_dir):
-    """The run's epoch checkpoints, oldest first."""
-    return RunDir(run_dir).checkpoints.epochs()
-
-
-def last_epoch_checkpoints(run_dir, n):
-    """The run's last `n` epoch checkpoints, oldest first; a `KmtError` when it has fewer than `n`."""
-    return RunDir(run_dir).checkpoints.last(n)
-
-
-def find_checkpoint(run_dir, which):
-    """`"last"` (newest epoch), `"best"` (the best `trainer.monitor`: lowest val loss by default) or a path -> an
-    existing `.weights.h5` path."""
-    return RunDir(run_dir).checkpoints.find(which)
-
-
-def load_run_config(run_dir):
-    """A run's resolved `config.yaml`; a `KmtError` when `run_dir` has none or it does not read."""
-    return RunDir(run_dir).read_config()
-
-
 def load_run_model(run_dir, checkpoint="last"):
     """`(cfg, vocabularies, model)` of a run: the model rebuilt from its `config.yaml` and `tokenizer/`, with
-    the weights of `checkpoint` (see `find_checkpoint`), uncompiled, in float32."""
+    the weights of `checkpoint` (see `Checkpoints.find`), uncompiled, in float32."""
     from kmt.build import build_model
     from kmt.tokenizer import Vocabularies
 

@@ -48,6 +48,16 @@ def test_a_failed_write_leaves_the_previous_checkpoint_intact(tmp_path):
     assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), original))
 
 
+def test_find_checkpoint_names_what_is_missing(tmp_path):
+    import pytest
+
+    from kmt.errors import KmtError
+    from kmt.run_dir import Checkpoints
+
+    with pytest.raises(KmtError, match="no checkpoint at .*best.weights.h5"):
+        Checkpoints(tmp_path).find("best")
+
+
 # A truncated or corrupt file of a run stops the command with one line that names it and the way out.
 
 
