@@ -51,16 +51,17 @@ def tokenized_references(cfg, split):
 def main(argv=None):
     args = parse_args(argv)
     from kmt.build import build_translator
-    from kmt.checkpoints import average_checkpoints, last_epoch_checkpoints, load_run_model
+    from kmt.checkpoints import average_checkpoints, load_run_model
     from kmt.data import load_corpus
     from kmt.errors import KmtError
+    from kmt.run_dir import RunDir
     from kmt.scoring import tokenized_bleu, translation_scores
     from kmt.translation import batch_fn, translate_lines
 
     try:
         cfg, vocabularies, model = load_run_model(args.run_dir)
         if args.average:
-            average_checkpoints(model, last_epoch_checkpoints(args.run_dir, args.average))
+            average_checkpoints(model, RunDir(args.run_dir).checkpoints.last(args.average))
     except KmtError as error:
         raise SystemExit(f"error: {error}") from None
     cfg.data.download = False

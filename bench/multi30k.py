@@ -83,19 +83,22 @@ def main():
     else:
         texts = ["--source", f"{raw}.{source}", "--reference", f"{raw}.{target}",
                  "--tokenized-reference", f"{tok}.{target}", "--lang", target]
+    from kmt.run_dir import RunDir
+
+    run = RunDir(run_dir)
     evaluation = subprocess.run(
-        [sys.executable, "-m", "kmt.cli.evaluate", str(run_dir / "export"), *texts,
+        [sys.executable, "-m", "kmt.cli.evaluate", str(run.export), *texts,
          "--hypotheses", str(hypotheses), "--json"],
         capture_output=True, text=True,
     )
     if evaluation.returncode:
         lines = evaluation.stderr.strip().splitlines() or [f"exit status {evaluation.returncode}"]
-        sys.exit(f"error: kmt-evaluate of {run_dir / 'export'} failed: {lines[-1].removeprefix('error: ')}")
+        sys.exit(f"error: kmt-evaluate of {run.export} failed: {lines[-1].removeprefix('error: ')}")
     scores = json.loads(evaluation.stdout.strip().splitlines()[-1])
     if tok_data:
         lowercased = lowercased_detokenized_scores(hypotheses, f"{raw}.{target}", target)
         scores = {"tokenized_bleu": scores["bleu"]} | lowercased
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics = json.loads(run.metrics.read_text())
     row = {
         "direction": direction.replace("_", "->"),
         "tokenized_bleu": round(scores["tokenized_bleu"], 2),
@@ -193,7 +196,9 @@ def run_tokens_per_second(run_dir):
     """Target tokens per second over every epoch of the run, resumed or not, from its history.csv (kmt-train's
     `tokens_per_second` counts only its own invocation, and none for one that had no epoch left to train), leaving
     out the first epoch, which pays for tracing, when there are more."""
-    with open(run_dir / "logs" / "history.csv", newline="", encoding="utf-8") as f:
+    from kmt.run_dir import RunDir
+
+    with open(RunDir(run_dir).history, newline="", encoding="utf-8") as f:
         epochs = [(float(row["tokens_per_second"]), float(row["epoch_seconds"])) for row in csv.DictReader(f)]
     epochs = epochs[1:] or epochs
     return sum(rate * seconds for rate, seconds in epochs) / sum(seconds for _, seconds in epochs)
@@ -204,7 +209,9 @@ def run_overrides(run_dir, direction):
     experiment, so `--resume` continues it as it was started; exits with one line if it is not such a run."""
     from omegaconf import OmegaConf
 
-    path = run_dir / ".hydra" / "overrides.yaml"
+    from kmt.run_dir import RunDir
+
+    path = RunDir(run_dir).hydra_overrides
     if not path.exists():
         sys.exit(f"error: {run_dir} is not a run directory (no .hydra/overrides.yaml)")
     saved = [str(item) for item in OmegaConf.load(path)]

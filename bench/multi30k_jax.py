@@ -557,6 +557,7 @@ def finish(args):
 
     from kmt.build import build_model
     from kmt.config import onto_schema
+    from kmt.run_dir import RunDir
 
     meta = read_prepared(args.prepared)
     if not (args.trained / "results.json").is_file():
@@ -570,14 +571,15 @@ def finish(args):
     stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     run_dir = args.run_dir or ROOT / "runs" / "bench" / f"multi30k_{direction}_jax" / f"{args.job}_{stamp}"
     cfg = onto_schema(OmegaConf.create(job["config"]))  # a job trained before an option existed gets its default
-    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-    shutil.copytree(args.prepared / "tokenizer", run_dir / "tokenizer", dirs_exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    run = RunDir(run_dir)
+    run.checkpoints.directory.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(args.prepared / "tokenizer", run.tokenizer, dirs_exist_ok=True)
+    run.config.write_text(OmegaConf.to_yaml(cfg))
     model = build_model(cfg.model, meta["source_vocab_size"], meta["target_vocab_size"], "float32")
     model.set_weights(load_weights(args.trained / args.job, job["weights"]["arrays"]))
-    checkpoint = run_dir / "checkpoints" / f"average_last{job['averaged_checkpoints']}.weights.h5"
+    checkpoint = run.checkpoints.averaged(job['averaged_checkpoints'])
     model.save_weights(checkpoint)
-    val_here = val_scores_here(cfg, run_dir / "tokenizer", model)
+    val_here = val_scores_here(cfg, run.tokenizer, model)
     # Perplexity and accuracy are token means, so they compare; the loss Keras logs weights each batch by its
     # rows, which padding changes on the accelerator.
     print(f"val perplexity of the averaged weights: {val_here['ppl']:.3f} here (TensorFlow, float32), "
@@ -591,7 +593,7 @@ def finish(args):
     scores = {}
     for split in ("val", "test_2016_flickr"):
         evaluation = subprocess.run(
-            [sys.executable, "-m", "kmt.cli.evaluate", str(run_dir / "export"),
+            [sys.executable, "-m", "kmt.cli.evaluate", str(run.export),
              "--source", str(data / f"{split}.{source}"), "--reference", str(data / f"{split}.{target}"),
              "--tokenized-reference", str(data / "tok" / f"{split}.lc.norm.tok.{target}"), "--lang", target,
              "--hypotheses", str(run_dir / f"{split}.hyp.{target}"), "--json"],
@@ -637,6 +639,7 @@ def write_history(run_dir, cfg, job, prepared):
 
     from kmt.build import build_schedule
     from kmt.curves import plot_curves, read_history
+    from kmt.run_dir import RunDir
 
     updates_per_epoch = job["steps"] // job["epochs"]
     schedule = build_schedule(cfg.optim, cfg.model.hidden_dim, cfg.trainer.epochs * updates_per_epoch)
@@ -644,8 +647,9 @@ def write_history(run_dir, cfg, job, prepared):
         tokens_per_epoch = int(np.sum(arrays["train_target_lengths"] + 1))  # each target and its end token
     columns = ["epoch", "accuracy", "epoch_seconds", "learning_rate", "loss", "ppl", "tokens_per_second",
                "val_accuracy", "val_loss", "val_ppl"]
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    with open(run_dir / "logs" / "history.csv", "w", newline="", encoding="utf-8") as f:
+    run = RunDir(run_dir)
+    run.logs.mkdir(parents=True, exist_ok=True)
+    with open(run.history, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, columns)
         writer.writeheader()
         for row in job["history"]:
@@ -654,7 +658,7 @@ def write_history(run_dir, cfg, job, prepared):
                 "learning_rate": float(schedule(row["epoch"] * updates_per_epoch)),
                 "tokens_per_second": tokens_per_epoch / row["seconds"],
             } | {key: row[key] for key in columns[1:] if key in row and not key.endswith("loss")})
-    plot_curves({run_dir.name: read_history(run_dir)}, run_dir / "logs" / "curves.png",
+    plot_curves({run_dir.name: read_history(run_dir)}, run.curves,
                 title=f"{cfg.name} ({job['config']['trainer']['precision']}, JAX): {run_dir.name}")
 
 

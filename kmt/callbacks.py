@@ -1,10 +1,10 @@
 """Training callbacks: atomic checkpoints, resumable backups, learning rate and throughput in the logs."""
 
 import csv
+import io
 import json
 import math
 import logging
-import os
 import signal
 import threading
 import time
@@ -14,57 +14,9 @@ from pathlib import Path
 import keras
 
 from kmt.model import residual_dropouts, set_residual_dropout
+from kmt.run_dir import Checkpoints, append_durably, write_atomically
 
 logger = logging.getLogger(__name__)
-
-
-def save_weights_atomically(model, path):
-    """`model.save_weights(path)` through a temporary file and a rename: a kill mid-write never corrupts `path`."""
-    path = Path(path)
-    temporary = path.with_name(path.name.replace(".weights.h5", ".partial.weights.h5"))
-    try:
-        model.save_weights(temporary, overwrite=True)
-    except OSError as error:  # a full disk, a read-only mount: stop clearly, the previous file untouched
-        from kmt.errors import KmtError
-
-        raise KmtError(f"cannot write {temporary}: {error.strerror or error}; {path} is unchanged") from None
-    os.replace(temporary, path)
-
-
-class RunLock:
-    """An exclusive lock on a run directory (`<run>/.lock`, flock), so two trainings never write into one run.
-
-    Use as a context manager; a second process gets a `KmtError` naming the run directory and the holder's pid.
-    The operating system drops the lock when its process dies, even by SIGKILL, so no stale lock survives a crash.
-    """
-
-    def __init__(self, run_dir):
-        self.path = Path(run_dir) / ".lock"
-
-    def __enter__(self):
-        import fcntl
-
-        from kmt.errors import KmtError
-
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a+")
-        try:
-            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._file.seek(0)
-            holder = self._file.read().strip() or "unknown"
-            self._file.close()
-            raise KmtError(f"{self.path.parent} is in use by another kmt-train (pid {holder}); wait for it or "
-                           "choose another hydra.run.dir") from None
-        self._file.seek(0)
-        self._file.truncate()
-        self._file.write(str(os.getpid()))
-        self._file.flush()
-        return self
-
-    def __exit__(self, *exc_info):
-        self._file.close()
-        return False
 
 
 def finite_loss(logs):
@@ -73,27 +25,10 @@ def finite_loss(logs):
     return loss is None or math.isfinite(loss)
 
 
-def write_text_atomically(path, text):
-    path = Path(path)
-    temporary = path.with_name(path.name + ".partial")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
-
-
-def write_json_atomically(path, payload):
-    write_text_atomically(path, json.dumps(payload, indent=2) + "\n")
-
-
 def seed_states(model):
     """The model's random-state variables (a `SeedGenerator` each, in every Dropout layer), in a fixed order. Keras's
     weights files leave them out, so a resumed run would draw its first epochs' dropout masks again."""
     return [variable for variable in model.variables if variable.name == "seed_generator_state"]
-
-
-def epochs_in_backup(backup_dir):
-    """Epochs a resumable run has finished, from its resume state in `backup_dir` (0 when it has none)."""
-    metadata = Path(backup_dir) / "training_metadata.json"
-    return json.loads(metadata.read_text())["epoch"] if metadata.exists() else 0
 
 
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
@@ -111,18 +46,16 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             super().on_epoch_end(epoch, logs)
 
     def _save_model(self):
-        Path(self.backup_dir).mkdir(parents=True, exist_ok=True)
-        save_weights_atomically(self.model, self._weights_path)
-        write_json_atomically(self._training_metadata_path, {
+        write_atomically(self._weights_path, self.model.save_weights)
+        write_atomically(self._training_metadata_path, json.dumps({
             "epoch": self._current_epoch, "batch": 0, "batches_per_update": self.batches_per_update,
             "seed_states": [keras.ops.convert_to_numpy(v).tolist() for v in seed_states(self.model)],
-        })
+        }, indent=2) + "\n")
 
     def on_train_begin(self, logs=None):
         from kmt.errors import KmtError
 
-        metadata = Path(self._training_metadata_path)
-        resume_state = json.loads(metadata.read_text()) if metadata.exists() else None
+        resume_state = Checkpoints(Path(self.backup_dir).parent).resume_state()  # one line if it does not read
         saved = resume_state.get("batches_per_update", 1) if resume_state else None
         if saved is not None and saved != self.batches_per_update:
             # The optimizer counts batches; the schedule's update is batches // this, so it must not change.
@@ -163,17 +96,6 @@ def improves(monitor, value, best):
     return value < best if monitor.endswith(("loss", "ppl")) else value > best
 
 
-def best_epoch(directory, monitor):
-    """`{"epoch": E, "monitor": NAME, "value": V}` from `directory/best.json`: the best epoch so far by `monitor`
-    (epochs counted from 1), or None. A best recorded for another metric (the run was resumed with a new
-    trainer.monitor) does not count."""
-    path = Path(directory) / "best.json"
-    if not path.exists():
-        return None
-    best = json.loads(path.read_text())
-    return best if best.get("monitor", "val_loss") == monitor else None
-
-
 def _epochs(count):
     return f"{count} epoch" + ("" if count == 1 else "s")
 
@@ -193,13 +115,13 @@ class EpochCheckpoint(keras.callbacks.Callback):
 
     def __init__(self, directory, keep=5, monitor="val_loss", patience=0):
         super().__init__()
-        self.directory = Path(directory)
+        self.checkpoints = Checkpoints(directory)
         self.keep = keep
         self.monitor = monitor
         self.patience = patience
 
     def best(self):
-        return best_epoch(self.directory, self.monitor)
+        return self.checkpoints.best_epoch(self.monitor)
 
     def _patience_spent(self, epochs_done):
         """The best epoch's record when `patience` epochs have passed since it, else None."""
@@ -218,15 +140,14 @@ class EpochCheckpoint(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if not finite_loss(logs):
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        save_weights_atomically(self.model, self.directory / f"epoch_{epoch + 1:03d}.weights.h5")
-        for stale in sorted(self.directory.glob("epoch_*.weights.h5"))[: -self.keep or None]:
+        write_atomically(self.checkpoints.epoch(epoch + 1), self.model.save_weights)
+        for stale in self.checkpoints.epochs()[: -self.keep or None]:
             stale.unlink()
         value, best = (logs or {}).get(self.monitor), self.best()
         if value is not None and improves(self.monitor, value, best and best["value"]):
-            save_weights_atomically(self.model, self.directory / "best.weights.h5")
+            write_atomically(self.checkpoints.best, self.model.save_weights)
             best = {"epoch": epoch + 1, "monitor": self.monitor, "value": value}
-            write_json_atomically(self.directory / "best.json", best)
+            write_atomically(self.checkpoints.best_record, json.dumps(best, indent=2) + "\n")
         best = self._patience_spent(epoch + 1)
         if best:
             logger.info(
@@ -396,10 +317,7 @@ class HistoryCSV(keras.callbacks.Callback):
 
     def _replace(self, rows):
         """Rewrites the file as `rows`, atomically: a kill leaves the old file or the new one."""
-        temporary = self.path.with_name(self.path.name + ".partial")
-        with open(temporary, "w", newline="", encoding="utf-8") as f:
-            csv.writer(f).writerows(rows)
-        os.replace(temporary, self.path)
+        write_atomically(self.path, _csv_text(rows))
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
@@ -415,13 +333,17 @@ class HistoryCSV(keras.callbacks.Callback):
                 # A resumed run that logs more than its first epochs did (`trainer.val_bleu=true` added, a metric new
                 # since the run started): the header gains the columns, the earlier rows stay, blank in them.
                 self._replace([["epoch", *keys], *(row + [""] * len(added) for row in rows[1:])])
-        with open(self.path, "w" if new else "a", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            if new:
-                writer.writerow(["epoch", *keys])
-            writer.writerow([epoch, *(logs.get(key, "") for key in keys)])
-            f.flush()
-            os.fsync(f.fileno())
+        row = [epoch, *(logs.get(key, "") for key in keys)]
+        if new:
+            write_atomically(self.path, _csv_text([["epoch", *keys], row]))
+        else:
+            append_durably(self.path, _csv_text([row]))
+
+
+def _csv_text(rows):
+    text = io.StringIO()
+    csv.writer(text).writerows(rows)
+    return text.getvalue()
 
 
 class DeferredInterrupt(keras.callbacks.Callback):

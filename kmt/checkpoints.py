@@ -1,4 +1,4 @@
-"""A run's checkpoints: find them by name, average the last N, rebuild a model from a run directory."""
+"""A run's checkpoints averaged, a model rebuilt from a run directory, the source of a fine-tuning run."""
 
 import logging
 from pathlib import Path
@@ -6,62 +6,27 @@ from pathlib import Path
 import numpy as np
 
 from kmt.errors import KmtError
+from kmt.run_dir import RunDir, load_weights
 
 logger = logging.getLogger(__name__)
 
 
-def epoch_checkpoints(run_dir):
-    """The run's `checkpoints/epoch_NNN.weights.h5`, oldest first."""
-    return sorted((Path(run_dir) / "checkpoints").glob("epoch_*.weights.h5"))
-
-
-def last_epoch_checkpoints(run_dir, n):
-    """The run's last `n` epoch checkpoints, oldest first; a `KmtError` when it has fewer than `n`."""
-    paths = epoch_checkpoints(run_dir)
-    if len(paths) < n:
-        raise KmtError(f"--average {n} needs {n} epoch checkpoints; {Path(run_dir) / 'checkpoints'} has {len(paths)}")
-    return paths[-n:]
-
-
-def find_checkpoint(run_dir, which):
-    """`"last"` (newest epoch), `"best"` (the best `trainer.monitor`: lowest val loss by default) or a path -> an
-    existing `.weights.h5` path."""
-    if which == "best":
-        path = Path(run_dir) / "checkpoints" / "best.weights.h5"
-    elif which == "last":
-        epochs = epoch_checkpoints(run_dir)
-        path = epochs[-1] if epochs else Path(run_dir) / "checkpoints" / "epoch_NNN.weights.h5"
-    else:
-        path = Path(which)
-    if not path.is_file():
-        raise KmtError(f"no checkpoint at {path}")
-    return path
-
-
-def load_run_config(run_dir):
-    """A run's resolved `config.yaml`; a `KmtError` when `run_dir` has none."""
-    from omegaconf import OmegaConf
-
-    from kmt.config import onto_schema
-
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise KmtError(f"{run_dir} is not a kmt run directory (no config.yaml)")
-    # Onto the schema: a run saved before an option existed (say model.source_word_dropout) gets its default.
-    return onto_schema(OmegaConf.load(run_dir / "config.yaml"))
-
-
 def load_run_model(run_dir, checkpoint="last"):
     """`(cfg, vocabularies, model)` of a run: the model rebuilt from its `config.yaml` and `tokenizer/`, with
-    the weights of `checkpoint` (see `find_checkpoint`), uncompiled, in float32."""
+    the weights of `checkpoint` (see `Checkpoints.find`), uncompiled, in float32."""
     from kmt.build import build_model
     from kmt.tokenizer import Vocabularies
 
-    cfg = load_run_config(run_dir)
-    path = find_checkpoint(run_dir, checkpoint)
-    vocabularies = Vocabularies.load(Path(run_dir) / "tokenizer")
+    run = RunDir(run_dir)
+    cfg = run.read_config()
+    path = run.checkpoints.find(checkpoint)
+    vocabularies = Vocabularies.load(run.tokenizer)
     model = build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size, "float32")
-    model.load_weights(path)
+    try:
+        load_weights(model, path)
+    except ValueError as error:
+        raise KmtError(f"{path} does not fit the model of {run_dir}'s config.yaml ({str(error).splitlines()[0]}); "
+                       "pass a checkpoint of this run") from None
     return cfg, vocabularies, model
 
 
@@ -86,11 +51,12 @@ def init_source(init_from, model_cfg):
         run_dir, weights = path, None
     else:
         raise KmtError(f"trainer.init_from={init_from}: no such run directory or weights file")
-    if not (run_dir / "config.yaml").is_file() or not Vocabularies.exists(run_dir / "tokenizer"):
+    run = RunDir(run_dir)
+    if not run.config.is_file() or not Vocabularies.exists(run.tokenizer):
         raise KmtError(f"trainer.init_from={init_from}: {run_dir} is not a kmt run directory (no config.yaml and "
                        "tokenizer/); pass a run directory or a .weights.h5 file in its checkpoints/")
-    weights = weights or find_checkpoint(run_dir, "last")
-    saved = load_run_config(run_dir).model
+    weights = weights or run.checkpoints.find("last")
+    saved = run.read_config().model
     different = [key for key in model_cfg if key not in FINE_TUNABLE and saved[key] != model_cfg[key]]
     if different:
         raise KmtError(
@@ -109,7 +75,7 @@ def average_checkpoints(model, paths):
         raise KmtError("no checkpoints to average")
     total = None
     for path in paths:
-        model.load_weights(path)
+        load_weights(model, path)
         weights = [np.asarray(w, dtype=np.float64) for w in model.get_weights()]
         total = weights if total is None else [t + w for t, w in zip(total, weights)]
     model.set_weights([(t / len(paths)).astype(w.dtype) for t, w in zip(total, model.get_weights())])

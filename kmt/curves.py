@@ -12,11 +12,12 @@ import csv
 from pathlib import Path
 
 from kmt.errors import KmtError
+from kmt.run_dir import RunDir
 
 
 def read_history(run_dir):
     """A run's `logs/history.csv` as `{column: [float or None per epoch]}`, with `epoch` counted from 1."""
-    path = Path(run_dir) / "logs" / "history.csv"
+    path = RunDir(run_dir).history
     if not path.is_file():
         raise KmtError(f"{path} does not exist; is {run_dir} a kmt-train run directory with a finished epoch?")
     with open(path, newline="", encoding="utf-8") as f:

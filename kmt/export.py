@@ -19,14 +19,13 @@ Only the model's weights are saved, once each, through the `tf.Module` object gr
 """
 
 import logging
-import os
-import shutil
 from pathlib import Path
 
 import keras
 import tensorflow as tf
 
 from kmt.decoding import ensemble_members, score_ids, translate_ids
+from kmt.run_dir import write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -149,14 +148,9 @@ def export_translator(translator, directory):
     """Writes `translator` as a SavedModel at `directory`, replacing what was there only once the new one is
     complete. Returns the size in bytes."""
     directory = Path(directory)
-    partial = directory.with_name(directory.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
     signatures = {"translate": translator.translate, "serving_default": translator.translate,
                   "translate_nbest": translator.translate_nbest, "score": translator.score}
-    tf.saved_model.save(translator, str(partial), signatures=signatures)
-    if directory.exists():
-        shutil.rmtree(directory)
-    os.replace(partial, directory)
+    write_atomically(directory, lambda partial: tf.saved_model.save(translator, str(partial), signatures=signatures))
     size = sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
     logger.info("exported a SavedModel to %s (%.1f MB)", directory, size / 1e6)
     return size

@@ -1,7 +1,6 @@
 """Summary of a Hydra multirun: one row per job with its overrides and metrics, as CSV and markdown."""
 
 import csv
-import json
 import logging
 from pathlib import Path
 
@@ -9,6 +8,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
 from kmt.curves import plot_curves, read_history
+from kmt.errors import KmtError
+from kmt.run_dir import RunDir
 
 logger = logging.getLogger(__name__)
 
@@ -32,12 +33,16 @@ def summarize(sweep_dir):
     sweep_dir = Path(sweep_dir)
     rows = []
     for job in sorted((p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)):
-        overrides_file = job / ".hydra" / "overrides.yaml"
-        overrides = OmegaConf.load(overrides_file) if overrides_file.exists() else []
+        run = RunDir(job)
+        overrides = OmegaConf.load(run.hydra_overrides) if run.hydra_overrides.exists() else []
         row = {"job": int(job.name), "overrides": " ".join(overrides)}
-        metrics_file = job / "metrics.json"
-        if metrics_file.exists():
-            row |= {"status": "ok"} | _flatten(json.loads(metrics_file.read_text()))
+        try:
+            metrics = run.read_metrics()
+        except KmtError as error:  # the job's metrics.json is damaged: the job counts as failed
+            logger.warning("%s", error)
+            metrics = None
+        if metrics is not None:
+            row |= {"status": "ok"} | _flatten(metrics)
         else:
             row["status"] = "failed"
         rows.append(row)
@@ -57,7 +62,7 @@ def summarize(sweep_dir):
     histories = {
         f"{row['job']}: {' '.join(o for o in row['overrides'].split() if o not in shared)}".rstrip(": "):
             read_history(sweep_dir / str(row["job"]))
-        for row in rows if (sweep_dir / str(row["job"]) / "logs" / "history.csv").exists()
+        for row in rows if RunDir(sweep_dir / str(row["job"])).history.exists()
     }
     if histories:
         plot_curves(histories, sweep_dir / "summary.png", title=f"sweep {sweep_dir.name}")

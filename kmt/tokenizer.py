@@ -26,6 +26,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from kmt.errors import ConfigError, DataError
+from kmt.run_dir import unreadable, write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -113,20 +114,23 @@ class Tokenizer:
     def save(self, path):
         """Writes `<path>.model` atomically, and `<path>.vocab` (one `piece<TAB>score` per line) to read."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".model.partial")
-        temporary.write_bytes(self.model_proto)
-        os.replace(temporary, path.with_suffix(".model"))
+        write_atomically(path.with_suffix(".model"), self.model_proto)
         processor = self._processor
         pieces = (f"{processor.id_to_piece(i)}\t{processor.get_score(i):g}" for i in range(self.vocab_size))
-        path.with_suffix(".vocab").write_text("\n".join(pieces) + "\n", encoding="utf-8")
+        write_atomically(path.with_suffix(".vocab"), "\n".join(pieces) + "\n")
 
     @classmethod
     def load(cls, path):
         path = Path(path).with_suffix(".model")
         if not path.is_file():
             raise DataError(f"no tokenizer model at {path}")
-        return cls(path.read_bytes())
+        try:
+            return cls(path.read_bytes())
+        except DataError:
+            raise
+        except Exception as error:  # sentencepiece and tensorflow-text refuse a damaged model, each in its words
+            raise unreadable(path, error, "training on the same data with the same data.tokenizer settings makes "
+                                          "the same vocabulary: copy a tokenizer/ so made here") from None
 
 
 def train_tokenizer(
@@ -182,6 +186,9 @@ def train_tokenizer(
         minloglevel=2,
     )
     tokenizer = Tokenizer(model.getvalue())
+    if tokenizer.vocab_size < vocab_size:  # hard_vocab_limit=False: SentencePiece stops where the corpus runs out
+        logger.warning("tokenizer.vocab_size=%d is more than the training text fills; capped at %d pieces",
+                       vocab_size, tokenizer.vocab_size)
     logger.info("trained a %s vocabulary of %d pieces", model_type, tokenizer.vocab_size)
     return tokenizer
 

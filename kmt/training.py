@@ -1,5 +1,6 @@
 """`train(cfg, run_dir)`: config -> tokenizer -> tf.data -> model.fit -> checkpoints -> metrics -> export."""
 
+import json
 import logging
 import math
 import signal
@@ -18,23 +19,18 @@ from kmt.callbacks import (
     EpochCheckpoint,
     HistoryCSV,
     LateDropout,
-    RunLock,
     StoppedEarly,
     TimeBudget,
     TrainingStats,
     ValidationBLEU,
-    best_epoch,
-    epochs_in_backup,
-    save_weights_atomically,
-    write_json_atomically,
-    write_text_atomically,
 )
-from kmt.checkpoints import average_checkpoints, epoch_checkpoints, init_source
+from kmt.checkpoints import average_checkpoints, init_source
 from kmt.curves import plot_curves, read_history
 from kmt.data import load_corpus
 from kmt.data.pipeline import count_batches, encode_split, make_dataset, resample, subword_sampler
 from kmt.errors import KmtError
 from kmt.export import export_translator
+from kmt.run_dir import RunDir, RunLock, load_weights, write_atomically
 from kmt.scoring import translation_scores
 from kmt.tokenizer import Vocabularies
 from kmt.translation import batch_fn, translate_lines
@@ -50,7 +46,7 @@ def prepare_vocabularies(cfg, corpus, directory, init_run=None):
         logger.info("reusing the vocabulary in %s", directory)
         return Vocabularies.load(directory)
     if init_run is not None:
-        vocabularies = Vocabularies.load(init_run / "tokenizer")
+        vocabularies = Vocabularies.load(RunDir(init_run).tokenizer)
         vocabularies.save(directory)
         logger.info("using the vocabulary of %s (data.tokenizer is not used)", init_run)
         return vocabularies
@@ -64,28 +60,28 @@ def prepare_vocabularies(cfg, corpus, directory, init_run=None):
 def build_callbacks(cfg, run_dir, tokens_per_epoch, val_bleu=None):
     """The run's callbacks, in the order their epoch-end hooks must run, and its `TrainingStats`. `val_bleu`, a
     `ValidationBLEU` or None, comes before everything that reads or times the epoch's logs."""
-    checkpoints, logs = run_dir / "checkpoints", run_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    run = RunDir(run_dir)
+    run.logs.mkdir(parents=True, exist_ok=True)
     stats = TrainingStats(tokens_per_epoch)
     callbacks = [
         keras.callbacks.TerminateOnNaN(),
         *([val_bleu] if val_bleu else []),
         stats,
-        HistoryCSV(logs / "history.csv"),  # before the backup: a resume drops rows the backup does not cover
-        keras.callbacks.TensorBoard(log_dir=str(logs), write_graph=False),
+        HistoryCSV(run.history),  # before the backup: a resume drops rows the backup does not cover
+        keras.callbacks.TensorBoard(log_dir=str(run.logs), write_graph=False),
         # then the resume state: a kill after it loses nothing
-        AtomicBackupAndRestore(checkpoints / "backup", batches_per_update=cfg.optim.gradient_accumulation_steps),
+        AtomicBackupAndRestore(run.checkpoints.backup, batches_per_update=cfg.optim.gradient_accumulation_steps),
         # config.yaml (what kmt-export rebuilds the model from) once the resume state has accepted this config, so
         # a resume refused for a changed setting leaves the run's record as it was
-        keras.callbacks.LambdaCallback(on_train_begin=lambda logs: write_text_atomically(
-            run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))),
-        EpochCheckpoint(checkpoints, keep=cfg.trainer.keep_checkpoints, monitor=cfg.trainer.monitor,
+        keras.callbacks.LambdaCallback(on_train_begin=lambda logs: write_atomically(
+            run.config, OmegaConf.to_yaml(cfg, resolve=True))),
+        EpochCheckpoint(run.checkpoints.directory, keep=cfg.trainer.keep_checkpoints, monitor=cfg.trainer.monitor,
                         patience=cfg.trainer.patience),
     ]
     if cfg.model.late_dropout is not None:
         callbacks.insert(0, LateDropout(cfg.model.late_dropout, cfg.model.late_dropout_after))
     if cfg.trainer.max_minutes:
-        callbacks.append(TimeBudget(cfg.trainer.max_minutes * 60, logs / "history.csv"))
+        callbacks.append(TimeBudget(cfg.trainer.max_minutes * 60, run.history))
     return callbacks, stats
 
 
@@ -130,18 +126,20 @@ def _train(cfg, run_dir):
     keras.config.set_dtype_policy(cfg.trainer.precision)
 
     # Fine-tuning starts from another run, unless this run is resuming: then its own resume state has the weights.
-    resuming = (run_dir / "checkpoints" / "backup" / "latest.weights.h5").is_file()
+    run = RunDir(run_dir)
+    resuming = run.checkpoints.resumable
+    # A resumed run goes on with the stream where the finished epochs left it, not from its first batch again. (A
+    # resume state that does not read stops here, before any data loads, saying what to do.)
+    epochs_done = run.checkpoints.epochs_in_backup() if resuming else 0
     init_run, init_weights = None, None
     if cfg.trainer.init_from and not resuming:
         init_run, init_weights = init_source(cfg.trainer.init_from, cfg.model)
     corpus = load_corpus(cfg.data)
-    vocabularies = prepare_vocabularies(cfg, corpus, run_dir / "tokenizer", init_run)
+    vocabularies = prepare_vocabularies(cfg, corpus, run.tokenizer, init_run)
     max_length = cfg.model.max_length
     splits = {name: encode_split(name, text, vocabularies, max_length) for name, text in corpus.items()}
     if not len(splits["train"]):
         raise KmtError(f"no training pairs left after filtering empty and over-long pairs ({splits['train'].dropped})")
-    # A resumed run goes on with the stream where the finished epochs left it, not from its first batch again.
-    epochs_done = epochs_in_backup(run_dir / "checkpoints" / "backup") if resuming else 0
     train_data, epoch, steps_per_epoch = training_stream(cfg, splits["train"], vocabularies, epochs_done)
     if cfg.data.subword_sampling:
         logger.info(
@@ -169,7 +167,7 @@ def _train(cfg, run_dir):
     )
     if init_weights is not None:
         try:
-            model.load_weights(init_weights)
+            load_weights(model, init_weights)
         except ValueError as error:
             raise KmtError(f"trainer.init_from: {init_weights} does not load into this model "
                            f"({str(error).splitlines()[0]})") from None
@@ -213,30 +211,30 @@ def _train(cfg, run_dir):
             int(model.optimizer.iterations), total_steps,
         )
     run_seconds = wall_seconds  # the whole run's epochs, earlier invocations of a resumed run included
-    if (run_dir / "logs" / "history.csv").exists():
+    if run.history.exists():
         run_history = read_history(run_dir)
         run_seconds = sum(seconds or 0.0 for seconds in run_history.get("epoch_seconds", []))
-        curves = plot_curves({run_dir.name: run_history}, run_dir / "logs" / "curves.png",
+        curves = plot_curves({run_dir.name: run_history}, run.curves,
                              title=f"{cfg.name}: {run_dir.name}")
         logger.info("learning curves: %s", curves)
     losses = history.history.get("loss", []) if history else []
     if losses and not math.isfinite(losses[-1]):
         raise KmtError(
             f"training diverged: the loss became {losses[-1]} in epoch {len(losses)}; the last good weights are in "
-            f"{run_dir / 'checkpoints'} (try a lower optim.lr_scale or more optim.warmup_steps)"
+            f"{run.checkpoints.directory} (try a lower optim.lr_scale or more optim.warmup_steps)"
         )
-    model.save(run_dir / "model.keras")
+    write_atomically(run.model, model.save)
     if cfg.trainer.average_last > 1:
-        paths = epoch_checkpoints(run_dir)[-cfg.trainer.average_last :]
+        paths = run.checkpoints.epochs()[-cfg.trainer.average_last :]
         average_checkpoints(model, paths)
-        save_weights_atomically(model, run_dir / "checkpoints" / f"average_last{len(paths)}.weights.h5")
+        write_atomically(run.checkpoints.averaged(len(paths)), model.save_weights)
 
     if decoder is not model:
         decoder.set_weights(model.get_weights())
     translator = build_translator(decoder, vocabularies, cfg.decode)
     metrics = {"train": train_stats(epoch, stats, wall_seconds, run_seconds, updates_per_epoch, model)}
-    metrics["train"]["averaged_checkpoints"] = max(1, min(cfg.trainer.average_last, len(epoch_checkpoints(run_dir))))
-    metrics["train"]["best"] = best_epoch(run_dir / "checkpoints", cfg.trainer.monitor)
+    metrics["train"]["averaged_checkpoints"] = max(1, min(cfg.trainer.average_last, len(run.checkpoints.epochs())))
+    metrics["train"]["best"] = run.checkpoints.best_epoch(cfg.trainer.monitor)
     for name in ("val", "test"):
         if name in splits:
             metrics[name] = evaluate_split(
@@ -244,8 +242,8 @@ def _train(cfg, run_dir):
             )
             logger.info("%s: %s", name, _summary(metrics[name]))
     if cfg.trainer.export:
-        metrics["export"] = {"path": "export", "bytes": export_translator(translator, run_dir / "export")}
-    write_json_atomically(run_dir / "metrics.json", metrics)
+        metrics["export"] = {"path": run.export.name, "bytes": export_translator(translator, run.export)}
+    write_atomically(run.metrics, json.dumps(metrics, indent=2) + "\n")
     return metrics["val"][cfg.trainer.objective]
 
 
@@ -256,10 +254,10 @@ class Interrupted(KmtError):
 
     def __init__(self, model, run_dir, signum):
         self.exit_code = 128 + signum
-        path = run_dir / "checkpoints" / "interrupted.weights.h5"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        save_weights_atomically(model, path)
-        epoch = epochs_in_backup(run_dir / "checkpoints" / "backup")
+        checkpoints = RunDir(run_dir).checkpoints
+        path = checkpoints.interrupted
+        write_atomically(path, model.save_weights)
+        epoch = checkpoints.epochs_in_backup()
         super().__init__(
             f"interrupted by {signal.Signals(signum).name}; the current weights are in {path}. Run the same "
             f"command again to resume after epoch {epoch} (optimizer state and learning-rate step included)"

@@ -1,8 +1,6 @@
 import numpy as np
-import pytest
 
-from kmt.checkpoints import average_checkpoints, find_checkpoint
-from kmt.errors import KmtError
+from kmt.checkpoints import average_checkpoints
 from kmt.model import build_transformer
 
 
@@ -16,8 +14,3 @@ def test_average_is_the_element_wise_mean(tmp_path):
         weights.append(values)
     average_checkpoints(model, [tmp_path / f"epoch_{i:03d}.weights.h5" for i in (2, 3)])
     assert all(np.allclose(w, 2.5) for w in model.get_weights())
-
-
-def test_find_checkpoint_names_what_is_missing(tmp_path):
-    with pytest.raises(KmtError, match="no checkpoint at .*best.weights.h5"):
-        find_checkpoint(tmp_path, "best")

@@ -160,7 +160,7 @@ def test_export_replaces_an_old_export_whole(translator, tmp_path):
     (tmp_path / "export" / "stale.txt").write_text("old")
     export_translator(translator, tmp_path / "export")
     assert not (tmp_path / "export" / "stale.txt").exists()
-    assert not (tmp_path / "export.partial").exists()
+    assert not list(tmp_path.glob(".partial-*"))  # no temporary left behind
 
 
 def test_an_ensemble_export_decodes_and_scores_with_every_model(model_and_vocabularies, tmp_path):

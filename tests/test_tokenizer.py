@@ -59,6 +59,14 @@ def test_too_small_a_vocabulary_grows_to_fit_the_characters():
     assert tokenizer.vocab_size >= 4 + 256 + 4
 
 
+def test_a_vocabulary_the_corpus_cannot_fill_is_logged_as_capped(caplog):
+    with caplog.at_level("WARNING", logger="kmt.tokenizer"):
+        tokenizer = train_tokenizer(["abc abd", "abd bca"], vocab_size=2000)
+    assert tokenizer.vocab_size < 2000
+    assert f"tokenizer.vocab_size=2000 is more than the training text fills; capped at {tokenizer.vocab_size} " \
+           "pieces" in caplog.text
+
+
 def test_bad_model_type_is_a_config_error():
     with pytest.raises(ConfigError, match="model_type='wordpiece'"):
         train_tokenizer(SOURCES, vocab_size=400, model_type="wordpiece")

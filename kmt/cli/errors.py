@@ -15,6 +15,7 @@ import sys
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
+from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from kmt.errors import KmtError
@@ -112,7 +113,21 @@ def check_overrides(config_dir, config_name, argv):
         with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
             for job in _jobs(overrides):
                 validate(compose(config_name, overrides=list(job)))
+            _check_output_dir(compose(config_name, overrides=list(next(_jobs(overrides))), return_hydra_config=True),
+                              multirun=bool({"-m", "--multirun"} & set(argv)))
     except (HydraException, OmegaConfBaseException) as error:
         fail(one_line(error))
     except KmtError as error:
         fail(error)
+
+
+def _check_output_dir(cfg, multirun):
+    """A run (or sweep) directory that cannot be made is one line here, not Hydra's traceback when it makes it."""
+    from kmt.run_dir import check_creatable
+
+    try:
+        setting = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+        directory = OmegaConf.select(cfg, setting, throw_on_resolution_failure=True)
+    except OmegaConfBaseException:  # it names something only Hydra's run knows; Hydra makes it then
+        return
+    check_creatable(directory, setting)

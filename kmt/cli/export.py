@@ -58,12 +58,11 @@ def main(argv=None):
     run_dir = Path(args.run_dir)
     with exit_on_user_error():
         from kmt.build import build_translator
-        from kmt.callbacks import save_weights_atomically
-        from kmt.checkpoints import (average_checkpoints, find_checkpoint, last_epoch_checkpoints,
-                                     load_run_config, load_run_model)
+        from kmt.checkpoints import average_checkpoints, load_run_model
         from kmt.config import validate_decode
         from kmt.errors import KmtError
         from kmt.export import export_translator
+        from kmt.run_dir import RunDir, write_atomically
         from kmt.tokenizer import Vocabularies
 
         others = [Path(other) for other in args.ensemble or []]
@@ -72,7 +71,8 @@ def main(argv=None):
                            f"weights file. Received: --checkpoint {args.checkpoint}")
         # Everything a mistake could be in is checked before any model loads or any averaged checkpoint is written:
         # the search settings, each run's vocabulary and the weights files asked for.
-        cfg = load_run_config(run_dir)
+        run = RunDir(run_dir)
+        cfg = run.read_config()
         if args.beam_size is not None:
             cfg.decode.beam_size = args.beam_size
         if args.length_penalty is not None:
@@ -86,15 +86,16 @@ def main(argv=None):
         if args.sampling_topp is not None:
             cfg.decode.sampling_topp = args.sampling_topp
         validate_decode(cfg.decode)
-        vocabularies = Vocabularies.load(run_dir / "tokenizer")
-        for run in others:
-            load_run_config(run)  # a run directory
-            if not Vocabularies.load(run / "tokenizer").same_as(vocabularies):
-                raise KmtError(f"--ensemble: {run} has another vocabulary than {run_dir}; an ensemble's runs must "
+        vocabularies = Vocabularies.load(run.tokenizer)
+        for other in map(RunDir, others):
+            other.read_config()  # a run directory
+            if not Vocabularies.load(other.tokenizer).same_as(vocabularies):
+                raise KmtError(f"--ensemble: {other.root} has another vocabulary than {run_dir}; an ensemble's runs must "
                                "share one (train them on the same data with the same data.tokenizer settings)")
         runs = [run_dir, *others]
         weights = [  # each run's weights files: the last N epochs to average, or the one checkpoint
-            last_epoch_checkpoints(run, args.average) if args.average else [find_checkpoint(run, args.checkpoint)]
+            RunDir(run).checkpoints.last(args.average) if args.average
+            else [RunDir(run).checkpoints.find(args.checkpoint)]
             for run in runs
         ]
 
@@ -104,11 +105,11 @@ def main(argv=None):
             source = args.checkpoint
             if args.average:
                 average_checkpoints(model, paths)
-                source = run / "checkpoints" / f"average_last{args.average}.weights.h5"
-                save_weights_atomically(model, source)
+                source = RunDir(run).checkpoints.averaged(args.average)
+                write_atomically(source, model.save_weights)
             sources.append(f"{run}:{source}" if others else str(source))
             models.append(model)
-        output = Path(args.output) if args.output else run_dir / "export"
+        output = Path(args.output) if args.output else run.export
         export_translator(build_translator(models, vocabularies, cfg.decode), output)  # one model, or an ensemble
         print(f"exported {' + '.join(sources)} to {output}")
 

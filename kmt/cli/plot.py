@@ -39,6 +39,7 @@ def main(argv=None):
         parser.error(f"--from-epoch must be positive. Received: {args.from_epoch}")
     setup_logging()
     from kmt.curves import plot_curves, read_history
+    from kmt.run_dir import RunDir
 
     with exit_on_user_error():
         labels = args.label or [run.rstrip("/") for run in args.run_dirs]
@@ -49,7 +50,7 @@ def main(argv=None):
             twice = next(label for label in labels if labels.count(label) > 1)
             raise KmtError(f"two runs are both named {twice!r}; give each run its own --label")
         histories = {label: read_history(run) for label, run in zip(labels, args.run_dirs)}
-        default = Path(args.run_dirs[0]) / "logs" / "curves.png" if len(args.run_dirs) == 1 else Path("curves.png")
+        default = RunDir(args.run_dirs[0]).curves if len(args.run_dirs) == 1 else Path("curves.png")
         print(plot_curves(histories, args.output or default, title=args.title, first_epoch=args.from_epoch))
 
 

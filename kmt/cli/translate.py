@@ -123,16 +123,19 @@ def main(argv=None):
 def plot_attention(run_dir, sentences, directory):
     """Heatmaps from the run's Keras model (the SavedModel does not expose attention weights)."""
     with exit_on_user_error():
-        if not (run_dir / "model.keras").is_file() or not (run_dir / "tokenizer").is_dir():
-            raise KmtError(f"--attention-plots needs {run_dir / 'model.keras'} and {run_dir / 'tokenizer'}")
+        from kmt.run_dir import RunDir
+
+        run = RunDir(run_dir)
+        if not run.model.is_file() or not run.tokenizer.is_dir():
+            raise KmtError(f"--attention-plots needs {run.model} and {run.tokenizer}")
         import keras
 
         import kmt  # noqa: F401  (registers kmt's layers for loading)
         from kmt.tokenizer import Vocabularies
         from kmt.visualize import save_attention_plots
 
-        model = keras.saving.load_model(run_dir / "model.keras", compile=False)
-        paths = save_attention_plots(model, Vocabularies.load(run_dir / "tokenizer"), sentences, directory)
+        model = keras.saving.load_model(run.model, compile=False)
+        paths = save_attention_plots(model, Vocabularies.load(run.tokenizer), sentences, directory)
         print(f"wrote {len(paths)} attention plots to {directory}", file=sys.stderr)
 
 

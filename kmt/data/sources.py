@@ -27,7 +27,6 @@ import io
 import logging
 import os
 import random
-import tempfile
 import urllib.error
 import urllib.request
 import zipfile
@@ -36,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from kmt.errors import DataError
+from kmt.run_dir import write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -125,20 +125,6 @@ def read_parallel(source_path: str | os.PathLike, target_path: str | os.PathLike
     return ParallelText(source, target, str(source_path), str(target_path))
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Write `data` to a temporary file next to `path`, then rename it, so a crash never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    logger.info("wrote %s (%d bytes)", path, len(data))
-
-
 def _download(url: str, path: Path, unpack: Callable[[bytes], dict[Path, bytes]]) -> None:
     """Fetch `url`, turn its bytes into `{path: contents}` with `unpack`, and write each file atomically.
 
@@ -156,7 +142,8 @@ def _download(url: str, path: Path, unpack: Callable[[bytes], dict[Path, bytes]]
             f"could not download {url} ({type(error).__name__}: {reason}); place {path.name} in {path.parent} by hand"
         ) from None
     for destination, data in files.items():
-        _write_atomically(destination, data)
+        write_atomically(destination, data)
+        logger.info("wrote %s (%d bytes)", destination, len(data))
 
 
 def _ensure(path: Path, download: bool, url: str, unpack: Callable[[bytes], dict[Path, bytes]]) -> None:
