@@ -22,20 +22,16 @@ Example:
 
 import dataclasses
 import gzip
-import http.client
 import io
 import logging
 import os
 import random
-import urllib.error
-import urllib.request
 import zipfile
-import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from kmt.data.download import ensure
 from kmt.errors import DataError
-from kmt.run_dir import write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +46,6 @@ SPA_ENG_URL = "http://storage.googleapis.com/download.tensorflow.org/data/spa-en
 # stay next to the data, so it is extracted too.
 
 SPLITS = ("train", "val", "test")
-_DOWNLOAD_TIMEOUT_S = 60
 _BOM = "\ufeff"
 
 
@@ -125,36 +120,6 @@ def read_parallel(source_path: str | os.PathLike, target_path: str | os.PathLike
     return ParallelText(source, target, str(source_path), str(target_path))
 
 
-def _download(url: str, path: Path, unpack: Callable[[bytes], dict[Path, bytes]]) -> None:
-    """Fetch `url`, turn its bytes into `{path: contents}` with `unpack`, and write each file atomically.
-
-    Raises:
-        DataError: naming `url` and telling the user to place `path` by hand, if fetching or unpacking fails.
-    """
-    logger.info("downloading %s", url)
-    try:
-        with urllib.request.urlopen(url, timeout=_DOWNLOAD_TIMEOUT_S) as response:
-            files = unpack(response.read())
-    except (OSError, EOFError, KeyError, ValueError, zlib.error, zipfile.BadZipFile,
-            http.client.HTTPException) as error:  # IncompleteRead: the connection dropped mid-file
-        reason = " ".join(str(getattr(error, "reason", error)).split())  # URLError keeps its cause in .reason
-        raise DataError(
-            f"could not download {url} ({type(error).__name__}: {reason}); place {path.name} in {path.parent} by hand"
-        ) from None
-    for destination, data in files.items():
-        write_atomically(destination, data)
-        logger.info("wrote %s (%d bytes)", destination, len(data))
-
-
-def _ensure(path: Path, download: bool, url: str, unpack: Callable[[bytes], dict[Path, bytes]]) -> None:
-    """Make sure `path` exists, downloading it from `url` when absent and `download` is true."""
-    if path.exists():
-        return
-    if not download:
-        raise DataError(f"{path}: no such file (place the corpus there, or allow downloading with download=True)")
-    _download(url, path, unpack)
-
-
 def multi30k_file(data_dir: str | os.PathLike, split: str, lang: str, tokenized: bool = False) -> Path:
     """Where Multi30k's `split` ("train", "val" or "test") in `lang` lives under `<data_dir>/multi30k/`: the raw
     `{stem}.{lang}`, or with `tokenized` the lowercased, Moses-tokenized `tok/{stem}.lc.norm.tok.{lang}`."""
@@ -195,9 +160,9 @@ def ensure_multi30k_file(
     path = multi30k_file(data_dir, split, lang, tokenized)
     root = (url or multi30k_url()).rstrip("/")
     if tokenized:
-        _ensure(path, download, f"{root}/data/task1/tok/{path.name}", lambda data: {path: data})
+        ensure(path, download, f"{root}/data/task1/tok/{path.name}", lambda data: {path: data})
     else:
-        _ensure(path, download, f"{root}/data/task1/raw/{path.name}.gz", lambda data: {path: gzip.decompress(data)})
+        ensure(path, download, f"{root}/data/task1/raw/{path.name}.gz", lambda data: {path: gzip.decompress(data)})
     return path
 
 
@@ -273,7 +238,7 @@ def load_spa_eng(
                 files[folder / "_about.txt"] = archive.read("spa-eng/_about.txt")
             return files
 
-    _ensure(path, download, url, unzip)
+    ensure(path, download, url, unzip)
     pairs = []
     for number, line in enumerate(read_lines(path), start=1):
         fields = line.split("\t")
