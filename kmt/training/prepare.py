@@ -9,11 +9,11 @@ import keras
 from omegaconf import OmegaConf
 
 from kmt.build import build_model, build_schedule, compile_model
-from kmt.checkpoints import init_source
+from kmt.checkpoints import init_source, load_weights
 from kmt.data import load_corpus
 from kmt.data.pipeline import count_batches, encode_split, make_dataset, resample, subword_sampler
 from kmt.errors import KmtError
-from kmt.run_dir import RunDir, load_weights
+from kmt.run_dir import RunDir
 from kmt.tokenizer import Vocabularies
 
 logger = logging.getLogger(__name__)
