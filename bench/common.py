@@ -154,7 +154,7 @@ def fits_side_by_side(models, stream, steps, repeats):
 
 def fit_seconds(model, data, steps):
     """Seconds that `model.fit(data, steps_per_epoch=steps, epochs=1)` spends training its one epoch, as kmt-train
-    times its epochs (`kmt.callbacks.TrainingStats`): its steps, and not the teardown after them.
+    times its epochs (`kmt.training.logs.TrainingStats`): its steps, and not the teardown after them.
 
     A clock around the whole call also counts the release of `fit`'s tf.data iterator when it returns, and with
     tf.data autotuning on that sometimes sat idle for 15-17 s on the 2-core AMD EPYC (the main thread joining the
@@ -163,7 +163,7 @@ def fit_seconds(model, data, steps):
     (`kmt.data.pipeline.without_autotune`); the clock still leaves the teardown out, so that a stream built any
     other way cannot skew it.
     """
-    from kmt.callbacks import TrainingStats
+    from kmt.training.logs import TrainingStats
 
     stats = TrainingStats(tokens_per_epoch=0)  # only its clock is read
     model.fit(data, steps_per_epoch=steps, epochs=1, shuffle=False, verbose=0, callbacks=[stats])

@@ -126,7 +126,7 @@ def prepare(args):
     from kmt.cli.errors import exit_on_user_error, fail, one_line
     from kmt.data import load_corpus
     from kmt.data.pipeline import encode_split, resample
-    from kmt.training import prepare_vocabularies
+    from kmt.training.prepare import prepare_vocabularies
 
     config_lib.register_configs()
     try:
@@ -379,7 +379,7 @@ def run_job(name, cfg, meta, data, weights_dir, seconds_left, shape_edges=SHAPE_
     from omegaconf import OmegaConf
 
     from kmt.build import build_model, build_schedule, compile_model
-    from kmt.callbacks import LateDropout
+    from kmt.training.control import LateDropout
 
     keras.utils.set_random_seed(cfg.seed)
     keras.config.set_dtype_policy(cfg.trainer.precision)
@@ -638,7 +638,7 @@ def write_history(run_dir, cfg, job, prepared):
     import csv
 
     from kmt.build import build_schedule
-    from kmt.curves import plot_curves, read_history
+    from kmt.plots import plot_curves, read_history
     from kmt.run_dir import RunDir
 
     updates_per_epoch = job["steps"] // job["epochs"]

@@ -4,11 +4,12 @@ over an epoch of batches, with the experiment's subword sampling and without it,
     python bench/resume_stream.py                     # Multi30k En->De recipe, 3 epochs of batches, 3 rounds
     python bench/resume_stream.py --epochs 1 --repeats 1 debug=smoke
 
-A resumed kmt-train run builds its stream as the first run did (`kmt.training.training_stream`: shuffled, repeated,
-seeded) and skips the batches of its finished epochs, so it trains on the batches the uninterrupted run would have. Skipping runs the pipeline over those batches: reading, resampling (`data.subword_sampling`), bucketing,
-shuffling. Here each round pulls `--epochs` epochs of batches from a fresh stream of each kind, in alternating
-order, and the table gives the median seconds an epoch: what a resume after N epochs adds to its first epoch is
-about N times that. Nothing is asserted.
+A resumed kmt-train run builds its stream as the first run did (`kmt.training.prepare.training_stream`: shuffled,
+repeated, seeded) and skips the batches of its finished epochs, so it trains on the batches the uninterrupted run
+would have. Skipping runs the pipeline over those batches: reading, resampling (`data.subword_sampling`),
+bucketing, shuffling. Here each round pulls `--epochs` epochs of batches from a fresh stream of each kind, in
+alternating order, and the table gives the median seconds an epoch: what a resume after N epochs adds to its first
+epoch is about N times that. Nothing is asserted.
 """
 
 import argparse
@@ -37,7 +38,7 @@ def main(argv=None):
     import kmt  # noqa: F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
     from omegaconf import OmegaConf
 
-    from kmt.training import training_stream
+    from kmt.training.prepare import training_stream
 
     cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)
     configs = {"best segmentation": OmegaConf.merge(cfg, {"data": {"subword_sampling": 0.0}})}

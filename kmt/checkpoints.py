@@ -1,4 +1,5 @@
-"""A run's checkpoints averaged, a model rebuilt from a run directory, the source of a fine-tuning run."""
+"""A run's checkpoints put to use: weights loaded with one-line errors, checkpoints averaged, a model rebuilt from a
+run directory, the source of a fine-tuning run."""
 
 import logging
 from pathlib import Path
@@ -6,9 +7,19 @@ from pathlib import Path
 import numpy as np
 
 from kmt.errors import KmtError
-from kmt.run_dir import RunDir, load_weights
+from kmt.run_dir import RunDir, check_weights
 
 logger = logging.getLogger(__name__)
+
+
+def load_weights(model, path):
+    """`model.load_weights(path)`; a truncated or corrupt file is a one-line `KmtError` naming it. A file that reads
+    but does not fit `model` keeps Keras's `ValueError`, for the caller to word."""
+    try:
+        model.load_weights(path)
+    except Exception:
+        check_weights(path)
+        raise
 
 
 def load_run_model(run_dir, checkpoint="last"):

@@ -20,15 +20,12 @@ Layout of `RunDir(root)`, as kmt-train leaves it:
 
 import fcntl
 import json
-import logging
 import os
 import secrets
 import shutil
 from pathlib import Path
 
 from kmt.errors import KmtError
-
-logger = logging.getLogger(__name__)
 
 # Keras's BackupAndRestore names its files itself; kmt reads them to tell whether and where a run resumes.
 _BACKUP_WEIGHTS, _BACKUP_METADATA = "latest.weights.h5", "training_metadata.json"
@@ -96,23 +93,6 @@ def unreadable(path, error, way_out):
     return KmtError(f"{path} is unreadable (truncated or corrupt: {reason}); {way_out}")
 
 
-def check_creatable(directory, setting="hydra.run.dir"):
-    """Raises `KmtError` when `directory` (the value of `setting`) cannot be made (a path under a regular file, a
-    parent without write permission), without making anything."""
-    directory = Path(directory).absolute()
-    existing = directory
-    while not existing.exists():
-        existing = existing.parent
-    if existing == directory and directory.is_dir():
-        return
-    if not existing.is_dir():
-        raise KmtError(f"cannot create {directory}: {existing} is a file, not a directory; choose "
-                       f"another {setting}")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise KmtError(f"cannot create {directory}: no permission to write in {existing}; choose "
-                       f"another {setting}")
-
-
 class RunLock:
     """An exclusive lock on a run directory (`<run>/.lock`, flock), so two trainings never write into one run.
 
@@ -142,7 +122,6 @@ class RunLock:
 
     def __exit__(self, *exc_info):
         self._file.close()
-        return False
 
 
 class Checkpoints:
@@ -311,13 +290,3 @@ def check_weights(path, way_out=None):
         else:
             advice = "pick another checkpoint (--checkpoint best, last, or an earlier epoch_NNN.weights.h5)"
         raise unreadable(path, error, advice)
-
-
-def load_weights(model, path):
-    """`model.load_weights(path)`; a truncated or corrupt file is a one-line `KmtError` naming it. A file that reads
-    but does not fit `model` keeps Keras's `ValueError`, for the caller to word."""
-    try:
-        model.load_weights(path)
-    except Exception:
-        check_weights(path)
-        raise

@@ -7,7 +7,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
-from kmt.curves import plot_curves, read_history
+from kmt.plots import plot_curves, read_history
 from kmt.errors import KmtError
 from kmt.run_dir import RunDir
 

@@ -11,6 +11,7 @@ import itertools
 import logging
 import os
 import sys
+from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -123,11 +124,26 @@ def check_overrides(config_dir, config_name, argv):
 
 def _check_output_dir(cfg, multirun):
     """A run (or sweep) directory that cannot be made is one line here, not Hydra's traceback when it makes it."""
-    from kmt.run_dir import check_creatable
-
     try:
         setting = "hydra.sweep.dir" if multirun else "hydra.run.dir"
         directory = OmegaConf.select(cfg, setting, throw_on_resolution_failure=True)
     except OmegaConfBaseException:  # it names something only Hydra's run knows; Hydra makes it then
         return
     check_creatable(directory, setting)
+
+
+def check_creatable(directory, setting="hydra.run.dir"):
+    """Raises `KmtError` when `directory` (the value of `setting`) cannot be made (a path under a regular file, a
+    parent without write permission), without making anything."""
+    directory = Path(directory).absolute()
+    existing = directory
+    while not existing.exists():
+        existing = existing.parent
+    if existing == directory and directory.is_dir():
+        return
+    if not existing.is_dir():
+        raise KmtError(f"cannot create {directory}: {existing} is a file, not a directory; choose "
+                       f"another {setting}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise KmtError(f"cannot create {directory}: no permission to write in {existing}; choose "
+                       f"another {setting}")

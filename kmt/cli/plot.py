@@ -38,7 +38,7 @@ def main(argv=None):
     if args.from_epoch < 1:
         parser.error(f"--from-epoch must be positive. Received: {args.from_epoch}")
     setup_logging()
-    from kmt.curves import plot_curves, read_history
+    from kmt.plots import plot_curves, read_history
     from kmt.run_dir import RunDir
 
     with exit_on_user_error():

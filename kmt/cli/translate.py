@@ -132,7 +132,7 @@ def plot_attention(run_dir, sentences, directory):
 
         import kmt  # noqa: F401  (registers kmt's layers for loading)
         from kmt.tokenizer import Vocabularies
-        from kmt.visualize import save_attention_plots
+        from kmt.plots import save_attention_plots
 
         model = keras.saving.load_model(run.model, compile=False)
         paths = save_attention_plots(model, Vocabularies.load(run.tokenizer), sentences, directory)

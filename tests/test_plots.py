@@ -4,7 +4,7 @@ import csv
 
 import pytest
 
-from kmt.curves import _panels, draw_curves, plot_curves, read_history
+from kmt.plots import _panels, draw_curves, plot_curves, read_history
 from kmt.errors import KmtError
 from tests.helpers import pixels_of_color, refused, run_cli
 

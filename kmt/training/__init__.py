@@ -1,0 +1,27 @@
+"""`train(cfg, run_dir)`: prepare (config -> vocabulary -> batches -> model), fit (model.fit with the run's
+callbacks), finish (save, average, score, export).
+
+Everything the run makes goes under `run_dir` (see `kmt.run_dir` for the layout). The callbacks, one job per
+module: `resume` (the resume state), `checkpointing` (epoch and best weights), `logs` (history.csv, learning rate,
+throughput, val BLEU), `control` (early stopping, time budget, late dropout, stop signals).
+"""
+
+from pathlib import Path
+
+from kmt import config as config_lib
+from kmt.run_dir import RunLock
+from kmt.training.finish import finish
+from kmt.training.fit import fit
+from kmt.training.prepare import prepare
+
+
+def train(cfg, run_dir):
+    """Trains (or resumes) the run in `run_dir` and returns its validation `cfg.trainer.objective`, which a Hydra
+    sweeper can optimise."""
+    run_dir = Path(run_dir)
+    config_lib.validate(cfg)
+    with RunLock(run_dir):
+        prepared = prepare(cfg, run_dir)
+        fitted = fit(cfg, prepared)
+        metrics = finish(cfg, prepared, fitted)
+    return metrics["val"][cfg.trainer.objective]

@@ -1,0 +1,196 @@
+"""Run control: when training stops (early stopping, a time budget, a stop signal) and late dropout."""
+
+import csv
+import logging
+import signal
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+import keras
+
+from kmt.model import residual_dropouts, set_residual_dropout
+from kmt.run_dir import Checkpoints
+
+logger = logging.getLogger(__name__)
+
+
+class StoppedEarly(Exception):
+    """Raised when a resumed run has already used up its patience or its time budget, so `fit` trains nothing more."""
+
+
+def _epochs(count):
+    return f"{count} epoch" + ("" if count == 1 else "s")
+
+
+class EarlyStopping(keras.callbacks.Callback):
+    """Stops training once `patience` epochs have passed without a better `monitor` (fairseq's `--patience`,
+    OpenNMT-tf's `early_stopping`). The best epoch is the one `EpochCheckpoint` records in `best.json`, so put this
+    callback after that one; the count survives a resume: a resumed run whose patience is already spent raises
+    `StoppedEarly` before training a batch.
+
+    Args:
+        directory: the run's `checkpoints/`, where `best.json` is.
+        monitor: str. The logged metric that must improve. Defaults to `"val_loss"`.
+        patience: int. Epochs without improvement before training stops. Defaults to 1.
+    """
+
+    def __init__(self, directory, monitor="val_loss", patience=1):
+        super().__init__()
+        self.checkpoints = Checkpoints(directory)
+        self.monitor = monitor
+        self.patience = patience
+
+    def _patience_spent(self, epochs_done):
+        """The best epoch's record when `patience` epochs have passed since it, else None."""
+        best = self.checkpoints.best_epoch(self.monitor)
+        return best if best and epochs_done - best["epoch"] >= self.patience else None
+
+    def on_train_begin(self, logs=None):
+        epochs_done = getattr(self.model, "_initial_epoch", None) or 0  # set by a resume (BackupAndRestore)
+        best = self._patience_spent(epochs_done)
+        if best:
+            raise StoppedEarly(
+                f"{self.monitor} has not improved for {_epochs(epochs_done - best['epoch'])} (best {best['value']:.4g} "
+                f"at epoch {best['epoch']}; trainer.patience={self.patience}): nothing more to train"
+            )
+
+    def on_epoch_end(self, epoch, logs=None):
+        best = self._patience_spent(epoch + 1)
+        if best:
+            logger.info(
+                "early stopping after epoch %d: %s has not improved for %s (best %.4g at epoch %d)",
+                epoch + 1, self.monitor, _epochs(epoch + 1 - best["epoch"]), best["value"], best["epoch"],
+            )
+            self.model.stop_training = True
+
+
+class TimeBudget(keras.callbacks.Callback):
+    """Stops training after the epoch past which one more epoch would overrun `max_seconds` (fairseq's
+    `--stop-time-hours`), so a run fits a wall-clock budget whatever the machine.
+
+    Time counts whole epochs (training and validation, `epoch_seconds` in history.csv), including those of earlier
+    invocations of a resumed run, read from the rows of `history_path` that the resume state covers. The next
+    epoch is predicted to take as long as the mean epoch so far.
+    """
+
+    def __init__(self, max_seconds, history_path):
+        super().__init__()
+        self.max_seconds = max_seconds
+        self.history_path = Path(history_path)
+        self._durations = []
+
+    def _earlier(self, epoch):
+        """`epoch_seconds` of the epochs before `epoch`, from the history rows."""
+        durations = []
+        if self.history_path.exists():
+            with open(self.history_path, newline="", encoding="utf-8") as f:
+                for row in csv.DictReader(f):
+                    if int(row["epoch"]) < epoch and row.get("epoch_seconds"):
+                        durations.append(float(row["epoch_seconds"]))
+        return durations
+
+    def _spent(self, durations):
+        """True when one more epoch (as long as their mean) after `durations` would overrun the budget."""
+        spent = sum(durations)
+        return bool(durations) and spent + spent / len(durations) > self.max_seconds
+
+    def on_train_begin(self, logs=None):
+        # Count what earlier invocations spent; a resumed run that the budget had stopped (say, killed while it
+        # scored and exported) trains no more.
+        epochs_done = getattr(self.model, "_initial_epoch", None) or 0  # set by a resume (BackupAndRestore)
+        self._durations = durations = self._earlier(epochs_done)
+        if self._spent(durations):
+            raise StoppedEarly(
+                f"time budget spent: {_epochs(len(durations))} took {sum(durations) / 60:.1f} of "
+                f"trainer.max_minutes={self.max_seconds / 60:g}, and one more would overrun it: nothing more to train"
+            )
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._durations.append((logs or {}).get("epoch_seconds", 0.0))
+        if self._spent(self._durations):
+            logger.info(
+                "time budget: stopping after epoch %d, %.1f of %.1f minutes spent", epoch + 1,
+                sum(self._durations) / 60, self.max_seconds / 60,
+            )
+            self.model.stop_training = True
+
+
+class LateDropout(keras.callbacks.Callback):
+    """Sets the residual and embedding dropout (`model.dropout`) to `rate` for the epochs after the first `after`
+    ("late dropout", Liu et al., 2023, "Dropout Reduces Underfitting"): a run learns fast with little dropout, then
+    regularizes once it starts to overfit. A resumed run past `after` gets `rate` from its first epoch.
+
+    A dropout rate is a constant of the traced train step, so the step is traced again once, when the rate changes.
+    """
+
+    def __init__(self, rate, after):
+        super().__init__()
+        self.rate, self.after = rate, after
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch < self.after:
+            return
+        before = residual_dropouts(self.model)[0].rate  # they are built at one rate and only ever set together
+        if before == self.rate:
+            return
+        count = set_residual_dropout(self.model, self.rate)
+        self.model.make_train_function(force=True)
+        logger.info("late dropout: residual and embedding dropout %g -> %g from epoch %d (%d layers)", before,
+                    self.rate, epoch + 1, count)
+
+
+class DeferredInterrupt(keras.callbacks.Callback):
+    """A stop signal during `fit` (Ctrl-C, `kill`, a closed terminal), delivered at the next batch or epoch end
+    instead of wherever Python happens to be.
+
+    Python raises `KeyboardInterrupt` at whatever line runs when SIGINT arrives, and a few library code paths (bare
+    `except:` clauses in Keras's structure handling, run when a new batch shape is traced) would catch it and carry
+    on, so the interrupt could be lost; SIGTERM and SIGHUP, at their defaults, end the process at once, with nothing
+    saved. Inside `installed()` the first of these signals only records itself in `received`, and this callback
+    raises `KeyboardInterrupt` from its own hooks, where nothing catches it but kmt, which then saves the weights of
+    the moment. So a job scheduler's SIGTERM (Slurm, Kubernetes) stops training as Ctrl-C does. A second signal
+    interrupts at once.
+
+    Example:
+    >>> interrupt = DeferredInterrupt()
+    >>> with interrupt.installed():
+    ...     signal.raise_signal(signal.SIGTERM)
+    ...     interrupt.received
+    <Signals.SIGTERM: 15>
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self):
+        super().__init__()
+        self.received = None  # the first stop signal that arrived, a `signal.Signals`
+
+    @contextmanager
+    def installed(self):
+        """Routes the stop signals to this callback for the block. Nothing changes outside the main thread, and a
+        signal that is ignored (SIGINT in a background job of a non-interactive shell, SIGHUP under `nohup`) stays
+        ignored."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {signum: signal.getsignal(signum) for signum in self.SIGNALS}
+        for signum, handler in previous.items():
+            if handler is not signal.SIG_IGN:
+                signal.signal(signum, self._on_signal)
+        try:
+            yield self
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
+
+    def _on_signal(self, signum, frame):
+        if self.received:
+            raise KeyboardInterrupt
+        self.received = signal.Signals(signum)
+
+    def _raise_if_requested(self, *args, **kwargs):
+        if self.received:
+            raise KeyboardInterrupt
+
+    on_train_batch_end = on_test_batch_end = on_epoch_end = _raise_if_requested

@@ -1,0 +1,72 @@
+"""Training, step 3: the trained model saved, its last checkpoints averaged, val and test scored, the translator
+exported, and `metrics.json` written last."""
+
+import json
+import logging
+
+from keras import ops
+
+from kmt.build import build_translator
+from kmt.checkpoints import average_checkpoints
+from kmt.data.pipeline import make_dataset
+from kmt.export import export_translator
+from kmt.run_dir import write_atomically
+from kmt.scoring import translation_scores
+from kmt.translation import batch_fn, translate_lines
+
+logger = logging.getLogger(__name__)
+
+
+def finish(cfg, prepared, fitted):
+    """Saves `model.keras`, averages the last `trainer.average_last` epoch checkpoints into the model, scores val
+    and test with the decoder, exports it (`trainer.export`) and writes `metrics.json`; returns the metrics."""
+    p, run = prepared, prepared.run
+    write_atomically(run.model, p.model.save)
+    if cfg.trainer.average_last > 1:
+        paths = run.checkpoints.epochs()[-cfg.trainer.average_last :]
+        average_checkpoints(p.model, paths)
+        write_atomically(run.checkpoints.averaged(len(paths)), p.model.save_weights)
+    if p.decoder is not p.model:
+        p.decoder.set_weights(p.model.get_weights())
+    translator = build_translator(p.decoder, p.vocabularies, cfg.decode)
+
+    train = train_stats(p.epoch, fitted, p.updates_per_epoch, p.model)
+    train["averaged_checkpoints"] = max(1, min(cfg.trainer.average_last, len(run.checkpoints.epochs())))
+    train["best"] = run.checkpoints.best_epoch(cfg.trainer.monitor)
+    metrics = {"train": train}
+    for name in ("val", "test"):
+        if name in p.splits:
+            metrics[name] = evaluate_split(p.model, translator, p.splits[name], p.corpus[name], p.batching,
+                                           cfg.decode, tokenized=cfg.data.tokenized)
+            logger.info("%s: %s", name, ", ".join(f"{k} {v:.4g}" for k, v in metrics[name].items()
+                                                   if isinstance(v, float)))
+    if cfg.trainer.export:
+        metrics["export"] = {"path": run.export.name, "bytes": export_translator(translator, run.export)}
+    write_atomically(run.metrics, json.dumps(metrics, indent=2) + "\n")
+    return metrics
+
+
+def train_stats(split, fitted, updates_per_epoch, model):
+    """Throughput of this invocation: target tokens per second of training, leaving out the first epoch (which
+    pays for tracing and compilation) when there are more. `wall_seconds` is this invocation's `model.fit`;
+    `run_seconds`, `epochs` and `steps` (updates) count the whole run, earlier invocations of a resumed run included
+    (`run_seconds` sums history.csv's `epoch_seconds`, training and validation, the time trainer.max_minutes counts)."""
+    seconds = fitted.stats.epoch_seconds[1:] or fitted.stats.epoch_seconds
+    steps = int(ops.convert_to_numpy(model.optimizer.iterations))
+    return {
+        "tokens_per_second": split.target_tokens * len(seconds) / sum(seconds) if seconds else None,
+        "wall_seconds": fitted.wall_seconds,
+        "run_seconds": fitted.run_seconds,
+        "epochs": steps // updates_per_epoch,
+        "steps": steps,
+        "parameters": model.count_params(),
+    }
+
+
+def evaluate_split(model, translator, split, text, batching, decode_cfg, tokenized=False):
+    """Loss, token accuracy and perplexity on the kept pairs; BLEU, chrF and exact match of decoded translations of
+    every source sentence against its reference (BLEU without further tokenization when the text is `tokenized`)."""
+    scores = model.evaluate(make_dataset(split, **batching), verbose=0, return_dict=True)
+    translations, _ = translate_lines(batch_fn(translator.translate), text.source, decode_cfg.batch_size)
+    kept = {name: scores[name] for name in ("loss", "accuracy", "ppl")}
+    return kept | {"pairs": len(text)} | translation_scores(translations, text.target, tokenized)

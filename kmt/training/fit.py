@@ -1,0 +1,142 @@
+"""Training, step 2: `model.fit` with the run's callbacks, stop signals acted on between batches, the learning curves
+drawn, and a run whose loss diverged stopped before anything is saved from it."""
+
+import logging
+import math
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import keras
+from omegaconf import OmegaConf
+
+from kmt.build import build_translator
+from kmt.errors import KmtError
+from kmt.plots import plot_curves, read_history
+from kmt.run_dir import write_atomically
+from kmt.training.checkpointing import EpochCheckpoint
+from kmt.training.control import DeferredInterrupt, EarlyStopping, LateDropout, StoppedEarly, TimeBudget
+from kmt.training.logs import HistoryCSV, TrainingStats, ValidationBLEU
+from kmt.training.resume import AtomicBackupAndRestore
+from kmt.translation import batch_fn, translate_lines
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Fitted:
+    """What `model.fit` left for `finish`."""
+
+    history: Any  # keras's History, or None when a resumed run had nothing left to train
+    stats: TrainingStats
+    wall_seconds: float  # this invocation's model.fit
+    run_seconds: float  # the whole run's epochs, earlier invocations of a resumed run included
+
+
+def fit(cfg, prepared):
+    """Trains `prepared.model` for the rest of `trainer.epochs`. Ctrl-C, SIGTERM or SIGHUP save the weights of the
+    moment and raise `Interrupted`; a resumed run with no patience or time left trains nothing and goes on."""
+    p = prepared
+    callbacks, stats = build_callbacks(cfg, p.run, p.epoch.target_tokens, validation_bleu(cfg, p))
+    interrupt = DeferredInterrupt()  # last: an epoch's backup is written before Ctrl-C is acted on
+    started, history = time.perf_counter(), None
+    try:
+        with interrupt.installed():
+            history = p.model.fit(
+                p.train_data,
+                validation_data=p.val_data,
+                epochs=cfg.trainer.epochs,
+                steps_per_epoch=p.steps_per_epoch,
+                callbacks=[*callbacks, interrupt],
+                verbose=cfg.trainer.verbose,
+                shuffle=False,  # the tf.data pipeline shuffles, seeded
+            )
+        if interrupt.received:  # a signal during the last epoch's final hooks: still an interrupt
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        path = p.run.checkpoints.interrupted  # the weights of the moment, for inspection
+        write_atomically(path, p.model.save_weights)
+        raise Interrupted(interrupt.received or signal.SIGINT, path, p.run.checkpoints.epochs_in_backup()) from None
+    except StoppedEarly as stopped:  # the resume state's weights are restored: go on to finish
+        logger.info("resumed run: %s", stopped)
+    wall_seconds = time.perf_counter() - started
+    updates = int(p.model.optimizer.iterations)
+    if p.schedule.cooldown_steps and updates < p.total_steps:
+        logger.warning(
+            "the run stopped after %d of the %d updates its cool-down (optim.cooldown) was planned for, so the "
+            "learning rate did not cool down; lower trainer.epochs to what trainer.max_minutes holds",
+            updates, p.total_steps,
+        )
+    run_seconds = draw_curves(cfg, p.run)
+    losses = history.history.get("loss", []) if history else []
+    if losses and not math.isfinite(losses[-1]):
+        raise KmtError(
+            f"training diverged: the loss became {losses[-1]} in epoch {len(losses)}; the last good weights are in "
+            f"{p.run.checkpoints.directory} (try a lower optim.lr_scale or more optim.warmup_steps)"
+        )
+    return Fitted(history, stats, wall_seconds, wall_seconds if run_seconds is None else run_seconds)
+
+
+def build_callbacks(cfg, run, tokens_per_epoch, val_bleu=None):
+    """The callbacks of a run in `run` (a `RunDir`), in the order their epoch-end hooks must run, and its
+    `TrainingStats`. `val_bleu`, a `ValidationBLEU` or None, comes before everything that reads or times the
+    epoch's logs."""
+    run.logs.mkdir(parents=True, exist_ok=True)
+    stats = TrainingStats(tokens_per_epoch)
+    callbacks = [
+        keras.callbacks.TerminateOnNaN(),
+        *([val_bleu] if val_bleu else []),
+        stats,
+        HistoryCSV(run.history),  # before the backup: a resume drops rows the backup does not cover
+        keras.callbacks.TensorBoard(log_dir=str(run.logs), write_graph=False),
+        # then the resume state: a kill after it loses nothing
+        AtomicBackupAndRestore(run.checkpoints.backup, batches_per_update=cfg.optim.gradient_accumulation_steps),
+        # config.yaml (what kmt-export rebuilds the model from) once the resume state has accepted this config, so
+        # a resume refused for a changed setting leaves the run's record as it was
+        keras.callbacks.LambdaCallback(on_train_begin=lambda logs: write_atomically(
+            run.config, OmegaConf.to_yaml(cfg, resolve=True))),
+        EpochCheckpoint(run.checkpoints.directory, keep=cfg.trainer.keep_checkpoints, monitor=cfg.trainer.monitor),
+    ]
+    if cfg.trainer.patience:  # after the checkpoint, which records the best epoch
+        callbacks.append(EarlyStopping(run.checkpoints.directory, cfg.trainer.monitor, cfg.trainer.patience))
+    if cfg.model.late_dropout is not None:
+        callbacks.insert(0, LateDropout(cfg.model.late_dropout, cfg.model.late_dropout_after))
+    if cfg.trainer.max_minutes:
+        callbacks.append(TimeBudget(cfg.trainer.max_minutes * 60, run.history))
+    return callbacks, stats
+
+
+def validation_bleu(cfg, prepared):
+    """With `trainer.val_bleu`, a `ValidationBLEU` that translates val greedily with the float32 decoder; else None."""
+    if not cfg.trainer.val_bleu:
+        return None
+    greedy = build_translator(prepared.decoder, prepared.vocabularies, cfg.decode, beam_size=1)
+    val = prepared.corpus["val"]
+    return ValidationBLEU(lambda lines: translate_lines(batch_fn(greedy.translate), lines, cfg.decode.batch_size),
+                          val.source, val.target, decoder=prepared.decoder, tokenized=cfg.data.tokenized)
+
+
+def draw_curves(cfg, run):
+    """Draws the run's learning curves into `logs/curves.png`; returns the seconds of its epochs in history.csv,
+    those of earlier invocations of a resumed run included (None when it has none)."""
+    if not run.history.exists():
+        return None
+    history = read_history(run.root)
+    logger.info("learning curves: %s", plot_curves({run.root.name: history}, run.curves,
+                                                   title=f"{cfg.name}: {run.root.name}"))
+    return sum(seconds or 0.0 for seconds in history.get("epoch_seconds", []))
+
+
+class Interrupted(KmtError):
+    """Ctrl-C, SIGTERM or SIGHUP during training. `fit` saved the weights of the moment (`path`) for inspection,
+    while the resume state stays at the end of the last completed epoch (`epoch`), so running the same command
+    again continues exactly from there. The exit status is the shell's convention for a signal, 128 + its number
+    (130 for Ctrl-C)."""
+
+    def __init__(self, signum, path, epoch):
+        self.exit_code = 128 + signum
+        super().__init__(
+            f"interrupted by {signal.Signals(signum).name}; the current weights are in {path}. Run the same "
+            f"command again to resume after epoch {epoch} (optimizer state and learning-rate step included)"
+        )
