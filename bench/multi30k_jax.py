@@ -62,7 +62,6 @@ MAX_FILE_BYTES = 15 * 2**20  # each weights file stays under the 16 MiB a file t
 # `train --decode`: sentences a search batch holds. Multi30k's val (1,014) and test (1,000) go in one batch each, so in
 # one compilation each; at beam 10 that is 10,240 rows a step, a few GB of key/value cache.
 DECODE_BATCH = 1024
-END_ID = 3  # kmt.tokenizer.END_ID (kmt.tokenizer imports TensorFlow)
 
 
 def parse_args(argv=None):
@@ -447,6 +446,7 @@ def translate_splits(cfg, meta, weights, sources, batch_size=DECODE_BATCH):
 
     from kmt.build import build_model
     from kmt.decoding import translate_ids
+    from kmt.special_ids import END_ID, PAD_ID
     from kmt.translation import map_sorted
 
     model = build_model(cfg.model, meta["source_vocab_size"], meta["target_vocab_size"], "float32")
@@ -460,7 +460,7 @@ def translate_splits(cfg, meta, weights, sources, batch_size=DECODE_BATCH):
         tokens, _ = translate_ids(model, source, max_length=cfg.model.max_length, **search)
         hypotheses = []
         for row, tokens_row in zip(rows, keras.ops.convert_to_numpy(tokens)):
-            stop = np.flatnonzero((tokens_row == END_ID) | (tokens_row == 0))  # the end, or pad after a cut-off one
+            stop = np.flatnonzero((tokens_row == END_ID) | (tokens_row == PAD_ID))  # the end, or pad after a cut-off one
             hypotheses.append(" ".join(map(str, tokens_row[: stop[0] if len(stop) else None])) if len(row) else "")
         return hypotheses
 

@@ -9,7 +9,7 @@ from keras import ops
 
 from kmt.decoding import encode, transformer_parts, translate_ids
 from kmt.layers.masks import target_attention_mask
-from kmt.tokenizer import END_ID, START_ID
+from kmt.special_ids import END_ID, START_ID
 
 logger = logging.getLogger(__name__)
 
