@@ -12,7 +12,7 @@ from keras import ops
 from omegaconf import OmegaConf
 
 from kmt import config as config_lib
-from kmt.build import build_model, build_schedule, build_translator, compile_model
+from kmt.build import build_model, build_schedule, compile_model
 from kmt.callbacks import (
     AtomicBackupAndRestore,
     DeferredInterrupt,
@@ -29,11 +29,12 @@ from kmt.curves import plot_curves, read_history
 from kmt.data import load_corpus
 from kmt.data.pipeline import count_batches, encode_split, make_dataset, resample, subword_sampler
 from kmt.errors import KmtError
-from kmt.export import export_translator
+from kmt.inference.export import export_translator
+from kmt.inference.translate import batch_fn, translate_lines
+from kmt.inference.translator import build_translator
+from kmt.metrics import translation_scores
 from kmt.run_dir import RunDir, RunLock, load_weights, write_atomically
-from kmt.scoring import translation_scores
 from kmt.tokenizer import Vocabularies
-from kmt.translation import batch_fn, translate_lines
 
 logger = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ if keras.backend.backend() != "tensorflow":
     pytest.skip("the translator and the SavedModel need the TensorFlow backend", allow_module_level=True)
 
 import kmt  # noqa: E402,F401  (registers kmt's layers for loading)
-from kmt.build import build_translator  # noqa: E402
+from kmt.inference.translator import build_translator  # noqa: E402
 from kmt.checkpoints import load_run_model  # noqa: E402
 from kmt.cli.common import load_export  # noqa: E402
-from kmt.decoding import translate_ids  # noqa: E402
+from kmt.inference.decoding import search_ids  # noqa: E402
 from kmt.tokenizer import Vocabularies  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "fixtures" / "pre57"
@@ -55,7 +55,7 @@ def test_model_keras_translates_as_before(run, beam_size):
     vocabularies = Vocabularies.load(run / "tokenizer")
     assert_same(RECORD[f"model_keras_beam{beam_size}"], *translate(model, vocabularies, beam_size))
     recorded = RECORD[f"ids_beam{beam_size}"]
-    tokens, scores = translate_ids(model, np.array(recorded["source"], "int32"), beam_size=beam_size)
+    tokens, scores = search_ids(model, np.array(recorded["source"], "int32"), beam_size=beam_size)
     assert keras.ops.convert_to_numpy(tokens).tolist() == recorded["tokens"]
     np.testing.assert_allclose(keras.ops.convert_to_numpy(scores), recorded["scores"], rtol=1e-5, atol=1e-5)
 

@@ -57,11 +57,11 @@ def main(argv=None):
     setup_logging(verbose=True)
     run_dir = Path(args.run_dir)
     with exit_on_user_error():
-        from kmt.build import build_translator
         from kmt.checkpoints import average_checkpoints, load_run_model
         from kmt.config import validate_decode
         from kmt.errors import KmtError
-        from kmt.export import export_translator
+        from kmt.inference.export import export_translator
+        from kmt.inference.translator import build_translator
         from kmt.run_dir import RunDir, write_atomically
         from kmt.tokenizer import Vocabularies
 
