@@ -127,8 +127,8 @@ class Translator(tf.Module):
             fits = (source_lengths > 0) & (source_lengths <= max_length) & (target_ids.row_lengths() < max_length)
             source_ids = source_ids[:, :max_length].to_tensor(default_value=PAD_ID)
             source_ids = tf.pad(source_ids, [[0, 0], [0, tf.maximum(1 - tf.shape(source_ids)[1], 0)]])
-            target_ids = target_ids[:, : max_length - 1].to_tensor(default_value=PAD_ID)
-            scores, lengths = score_ids(model, source_ids, target_ids)
+            padded_target = target_ids[:, : max_length - 1].to_tensor(default_value=PAD_ID)
+            scores, lengths = score_ids(model, source_ids, padded_target)
             return {
                 "score": tf.where(fits, tf.cast(scores, tf.float32), float("nan")),
                 "length": tf.cast(target_ids.row_lengths() + 1, tf.int32),
