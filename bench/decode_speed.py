@@ -3,9 +3,9 @@
     python bench/decode_speed.py runs/multi30k_en_de/<time>
     python bench/decode_speed.py RUN_DIR --source my.en --sentences 200 --batch-sizes 1,64 --repeats 3
 
-The run's model (its last epoch checkpoint) is exported four times with `kmt.export.Translator`, the search settings
-taken from the run's `decode` section except the beam size and the cache; each SavedModel is reloaded with
-`tf.saved_model.load` and its `translate` signature is what gets timed, after one warm-up call per batch size.
+The run's model (its last epoch checkpoint) is exported four times with `kmt.inference.translator.Translator`, the
+search settings taken from the run's `decode` section except the beam size and the cache; each SavedModel is reloaded
+with `tf.saved_model.load` and its `translate` signature is what gets timed, after one warm-up call per batch size.
 At batch size b the N sentences are cut into ceil(N / b) calls of exactly b sentences (wrapping around to the first
 sentences to fill the last call). Within each repeat the variants take turns call by call, in a rotating order,
 so that all four see the same state of the machine.
@@ -92,7 +92,8 @@ def export_variants(cfg, vocabularies, model, directory):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops the graph uses)
 
-    from kmt.export import Translator, export_translator
+    from kmt.inference.export import export_translator
+    from kmt.inference.translator import Translator
 
     decode = cfg.get("decode") or {}
     search = {key: decode[key] for key in SEARCH_KEYS if key in decode}

@@ -4,9 +4,9 @@
     python bench/decode_sweep.py RUN_DIR --split val --beam-sizes 1,5 --length-penalties 0.6
 
 The run's model (its last epoch checkpoint, or the average of its last `--average` epoch checkpoints, as
-`trainer.average_last` and `kmt-export --average` make it) is wrapped in `kmt.export.Translator` once per setting,
-the same graph `kmt-export` saves, and translates the run's `--split` (default `val`: choose search settings on val,
-report test only once). Each row gives sacreBLEU and chrF on raw text, the lowercased Moses-tokenized BLEU when the
+`trainer.average_last` and `kmt-export --average` make it) is wrapped in `kmt.inference.translator.Translator` once
+per setting, the same graph `kmt-export` saves, and translates the run's `--split` (default `val`: choose search
+settings on val, report test only once). Each row gives sacreBLEU and chrF on raw text, the lowercased Moses-tokenized BLEU when the
 corpus has `tok/` references (Multi30k), and the length ratio hypothesis / reference (sacreBLEU's, 13a tokens):
 below 1.0 the brevity penalty is costing BLEU. Training is not touched; nothing is written unless `--out` is given.
 """
@@ -50,13 +50,13 @@ def tokenized_references(cfg, split):
 
 def main(argv=None):
     args = parse_args(argv)
-    from kmt.build import build_translator
+    from kmt.inference.translator import build_translator
     from kmt.checkpoints import average_checkpoints, load_run_model
     from kmt.data import load_corpus
     from kmt.errors import KmtError
     from kmt.run_dir import RunDir
-    from kmt.scoring import tokenized_bleu, translation_scores
-    from kmt.translation import batch_fn, translate_lines
+    from kmt.inference.translate import batch_fn, translate_lines
+    from kmt.metrics import tokenized_bleu, translation_scores
 
     try:
         cfg, vocabularies, model = load_run_model(args.run_dir)

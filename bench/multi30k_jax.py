@@ -62,7 +62,6 @@ MAX_FILE_BYTES = 15 * 2**20  # each weights file stays under the 16 MiB a file t
 # `train --decode`: sentences a search batch holds. Multi30k's val (1,014) and test (1,000) go in one batch each, so in
 # one compilation each; at beam 10 that is 10,240 rows a step, a few GB of key/value cache.
 DECODE_BATCH = 1024
-END_ID = 3  # kmt.tokenizer.END_ID (kmt.tokenizer imports TensorFlow)
 
 
 def parse_args(argv=None):
@@ -437,17 +436,18 @@ def run_job(name, cfg, meta, data, weights_dir, seconds_left, shape_edges=SHAPE_
 
 def translate_splits(cfg, meta, weights, sources, batch_size=DECODE_BATCH):
     """Token ids of the translations of each split's `sources` (lists of id arrays) by a float32 model holding
-    `weights`, searched as kmt-export's SavedModel searches (`kmt.decoding.translate_ids` with `cfg.decode`'s beam,
-    length penalty and output limit): `{"hypotheses": {split: ["id id ...", ...]}, "seconds": {split: s}, ...}`,
-    each translation's ids up to its end token, space-separated (a line each in results.json, not a line an id). A
-    sentence's search does not depend on its batch-mates (each has its own output limit, pad is masked), so sentences
-    go in batches of up to `batch_size`, sorted by length (`kmt.translation.map_sorted`). An empty source translates
-    to nothing, as the SavedModel's does."""
+    `weights`, searched as kmt-export's SavedModel searches (`kmt.inference.decoding.search_ids` with
+    `cfg.decode`'s beam, length penalty and output limit): `{"hypotheses": {split: ["id id ...", ...]}, "seconds":
+    {split: s}, ...}`, each translation's ids up to its end token, space-separated (a line each in results.json, not
+    a line an id). A sentence's search does not depend on its batch-mates (each has its own output limit, pad is
+    masked), so sentences go in batches of up to `batch_size`, sorted by length
+    (`kmt.inference.translate.map_sorted`). An empty source translates to nothing, as the SavedModel's does."""
     import keras
 
     from kmt.build import build_model
-    from kmt.decoding import translate_ids
-    from kmt.translation import map_sorted
+    from kmt.inference.decoding import search_ids
+    from kmt.special_ids import END_ID, PAD_ID
+    from kmt.inference.translate import map_sorted
 
     model = build_model(cfg.model, meta["source_vocab_size"], meta["target_vocab_size"], "float32")
     model.set_weights(weights)
@@ -457,10 +457,11 @@ def translate_splits(cfg, meta, weights, sources, batch_size=DECODE_BATCH):
         source = np.zeros((len(rows), max(1, *map(len, rows))), np.int32)
         for i, row in enumerate(rows):
             source[i, : len(row)] = row
-        tokens, _ = translate_ids(model, source, max_length=cfg.model.max_length, **search)
+        tokens, _ = search_ids(model, source, max_length=cfg.model.max_length, **search)
         hypotheses = []
         for row, tokens_row in zip(rows, keras.ops.convert_to_numpy(tokens)):
-            stop = np.flatnonzero((tokens_row == END_ID) | (tokens_row == 0))  # the end, or pad after a cut-off one
+            # the end, or pad after a cut-off one
+            stop = np.flatnonzero((tokens_row == END_ID) | (tokens_row == PAD_ID))
             hypotheses.append(" ".join(map(str, tokens_row[: stop[0] if len(stop) else None])) if len(row) else "")
         return hypotheses
 
@@ -684,7 +685,7 @@ def score(args):
     from kmt.cli.errors import exit_on_user_error
     from kmt.data import load_corpus
     from kmt.data.sources import multi30k_file
-    from kmt.scoring import tokenized_bleu, translation_scores
+    from kmt.metrics import tokenized_bleu, translation_scores
     from kmt.tokenizer import Vocabularies
 
     cfg = OmegaConf.load(args.prepared / "config.yaml")

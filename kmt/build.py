@@ -1,4 +1,5 @@
-"""`build_*` factories: the only code that reads config to make kmt's objects (models, optimizers, losses)."""
+"""`build_*` factories: the model, its learning-rate schedule and optimizer, and the compiled model, from the config's
+`model` and `optim` groups (`kmt.inference.translator.build_translator` makes a translator from `decode`)."""
 
 import keras
 
@@ -87,22 +88,3 @@ def compile_model(model, cfg, schedule):
     )
     model.optimizer.build(model.trainable_variables)
     return model
-
-
-def build_translator(model, vocabularies, decode_cfg, beam_size=None):
-    """A text-to-text `kmt.export.Translator` with the search settings of `cfg.decode` (`beam_size`, when given,
-    instead of `decode.beam_size` and without sampling: 1 for the greedy search that scores val during training).
-    `model` may be a list of models sharing `vocabularies`: an ensemble."""
-    from kmt.export import Translator
-
-    return Translator(
-        model,
-        vocabularies,
-        beam_size=beam_size or decode_cfg.beam_size,
-        length_penalty=decode_cfg.length_penalty,
-        max_length_a=decode_cfg.max_length_a,
-        max_length_b=decode_cfg.max_length_b,
-        sampling_topk=decode_cfg.sampling_topk if beam_size is None else 1,
-        sampling_temperature=decode_cfg.sampling_temperature,
-        sampling_topp=decode_cfg.sampling_topp,
-    )

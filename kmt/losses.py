@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from kmt.layers.masks import PAD_ID
+from kmt.special_ids import PAD_ID
 
 
 def _real_tokens(y_true, pad_id):

@@ -19,11 +19,12 @@ from pathlib import Path
 import numpy as np
 from keras import ops
 
-from kmt.decoding import encode, transformer_parts, translate_ids
 from kmt.errors import KmtError
+from kmt.inference.decoding import search_ids
 from kmt.layers.masks import target_attention_mask
+from kmt.model import transformer_parts
 from kmt.run_dir import RunDir
-from kmt.tokenizer import END_ID, START_ID
+from kmt.special_ids import END_ID, START_ID
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ def cross_attention_weights(model, source_ids, output_ids):
     parts = transformer_parts(model)
     source = ops.convert_to_tensor([list(source_ids)], "int32")  # (1, S)
     target_in = ops.convert_to_tensor([[START_ID, *output_ids]], "int32")  # (1, T)
-    encoder_outputs, source_mask = encode(model, source)
+    encoder_outputs, source_mask = parts.encode(source)
     states = parts.target_embedding(target_in)
     self_mask = target_attention_mask(target_in)
     maps = []
@@ -171,7 +172,7 @@ def save_attention_plots(model, vocabularies, sentences, directory, max_length=N
         source_ids = vocabularies.source.tokenize([sentence]).to_list()[0][:max_length]
         if not source_ids:
             continue
-        tokens, _ = translate_ids(model, np.array([source_ids], "int32"))
+        tokens, _ = search_ids(model, np.array([source_ids], "int32"))
         output = [int(t) for t in ops.convert_to_numpy(tokens)[0] if t > END_ID]
         maps = cross_attention_weights(model, source_ids, output)
         source_pieces = _pieces(vocabularies.source, source_ids)

@@ -27,11 +27,10 @@ import tensorflow_text as tf_text
 
 from kmt.errors import ConfigError, DataError
 from kmt.run_dir import unreadable, write_atomically
+from kmt.special_ids import END_ID, PAD_ID, SPECIAL_IDS, START_ID, UNK_ID
 
 logger = logging.getLogger(__name__)
 
-PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
-SPECIAL_IDS = (PAD_ID, UNK_ID, START_ID, END_ID)
 _SAMPLING = threading.Lock()  # see Tokenizer._draw
 
 

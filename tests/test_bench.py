@@ -531,7 +531,7 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path, mu
     # The same search's token ids here, under TensorFlow, from the weights `finish` saved: text alone would not show
     # pieces that detokenize to nothing, which a model trained this briefly may emit.
     from kmt.checkpoints import load_run_model
-    from kmt.decoding import translate_ids
+    from kmt.inference.decoding import search_ids
 
     cfg, _, model = load_run_model(tmp_path / "run", tmp_path / "run" / "checkpoints" / "average_last2.weights.h5")
     with np.load(prepared / "ids.npz") as arrays:
@@ -540,7 +540,7 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path, mu
     source = np.zeros((len(rows), max(lengths)), np.int32)
     for i, row in enumerate(rows):
         source[i, : len(row)] = row
-    tokens, _ = translate_ids(model, source, beam_size=3, length_penalty=1.0, max_length_a=cfg.decode.max_length_a,
+    tokens, _ = search_ids(model, source, beam_size=3, length_penalty=1.0, max_length_a=cfg.decode.max_length_a,
                               max_length_b=cfg.decode.max_length_b, max_length=cfg.model.max_length)
     stops = [np.flatnonzero((row == 3) | (row == 0)) for row in np.asarray(tokens)]  # the end token, or pad
     here = [" ".join(map(str, row[: stop[0] if len(stop) else len(row)]))

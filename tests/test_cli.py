@@ -160,6 +160,8 @@ def test_export_rebuilds_from_a_checkpoint(smoke_run, tmp_path, capsys):
     averaged = run_cli("export", run, "--average", "2", "--output", tmp_path / "avg")
     assert averaged.returncode == 0, averaged.stderr[-2000:]
     assert (run / "checkpoints" / "average_last2.weights.h5").exists()
+    default = run_cli("export", run)  # without --output: the run's own export/
+    assert default.returncode == 0 and (run / "export" / "saved_model.pb").is_file(), default.stderr[-2000:]
     status, line = refused(capsys, export.main, smoke_run, "--average", "9")
     assert status == 2 and "needs 9 epoch checkpoints" in line
 

@@ -11,8 +11,10 @@ import pytest
 import tensorflow as tf
 
 from kmt.data.dates import generate_date_pairs
-from kmt.decoding import score_ids, translate_ids
-from kmt.export import Translator, export_translator
+from kmt.inference.decoding import search_ids
+from kmt.inference.export import export_translator
+from kmt.inference.score import score_ids
+from kmt.inference.translator import Translator
 from kmt.model import build_transformer
 from kmt.tokenizer import Vocabularies
 
@@ -164,7 +166,7 @@ def test_export_replaces_an_old_export_whole(translator, tmp_path):
 
 
 def test_an_ensemble_export_decodes_and_scores_with_every_model(model_and_vocabularies, tmp_path):
-    """A SavedModel of two models: it holds both models' weights, translates as `translate_ids` does over the
+    """A SavedModel of two models: it holds both models' weights, translates as `search_ids` does over the
     ensemble (in process and after a reload in a fresh process) and scores as `score_ids` does."""
     model, vocabularies = model_and_vocabularies
     other = build_transformer(
@@ -176,7 +178,7 @@ def test_an_ensemble_export_decodes_and_scores_with_every_model(model_and_vocabu
     assert len(ensemble.model_variables) == len(model.variables) + len(other.variables)
     sentences = [SENTENCES[0], SENTENCES[3], "5 june 2001", "1 May 1990"]
     ids = vocabularies.source.tokenize(tf.constant(sentences))[:, :20].to_tensor()  # cut to the shorter max_length
-    tokens, _ = translate_ids([model, other], ids, beam_size=3, max_length_b=5, max_length=20)
+    tokens, _ = search_ids([model, other], ids, beam_size=3, max_length_b=5, max_length=20)
     expected = [t.decode() for t in vocabularies.target.detokenize(tokens).numpy()]
     assert ensemble(sentences) == expected
     alone = Translator(model, vocabularies, beam_size=3, max_length_b=5)

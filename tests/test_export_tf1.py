@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from kmt.export import Translator, export_translator
+from kmt.inference.export import export_translator
+from kmt.inference.translator import Translator
 from kmt.model import build_transformer
 from kmt.tokenizer import Vocabularies, train_tokenizer
 

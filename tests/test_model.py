@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from kmt.layers import EncoderLayer
+from kmt.layers import DecoderLayer, EncoderLayer
 from kmt.losses import MaskedAccuracy, MaskedCrossEntropy
 from kmt.model import build_transformer, residual_dropouts, set_residual_dropout
 
@@ -105,7 +105,7 @@ def test_residual_dropouts_are_the_embeddings_and_sublayer_outputs_only():
     assert set_residual_dropout(model, 0.25) == len(layers)
     assert {layer.rate for layer in layers} == {0.25}
     assert sorted(layer.rate for layer in every if layer not in layers) == [0.1] * 4 + [0.2] * 6
-    configs = [layer.get_config() for layer in model.layers if isinstance(layer, EncoderLayer)]  # and DecoderLayer
+    configs = [layer.get_config() for layer in model.layers if isinstance(layer, (EncoderLayer, DecoderLayer))]
     assert len(configs) == 4 and {config["dropout"] for config in configs} == {0.25}  # what a .keras file keeps
 
 

@@ -6,7 +6,8 @@ from kmt.data import pipeline
 from kmt.data.buckets import bucket_edges
 from kmt.data.pipeline import count_batches, encode_split, make_dataset, resample, subword_sampler
 from kmt.data.sources import ParallelText
-from kmt.tokenizer import END_ID, START_ID, Vocabularies
+from kmt.special_ids import END_ID, START_ID
+from kmt.tokenizer import Vocabularies
 
 SOURCES = ["a b c", "", "d e", "a " * 40, "b c d e f g", "c"] * 10
 TARGETS = ["x y", "y", "", "z", "x y z w", "w"] * 10

@@ -5,7 +5,8 @@ import tensorflow as tf
 
 from kmt.data.dates import generate_date_pairs
 from kmt.errors import ConfigError
-from kmt.tokenizer import END_ID, PAD_ID, START_ID, UNK_ID, Tokenizer, Vocabularies, train_tokenizer
+from kmt.special_ids import END_ID, PAD_ID, START_ID, UNK_ID
+from kmt.tokenizer import Tokenizer, Vocabularies, train_tokenizer
 
 SOURCES = [s for s, _ in generate_date_pairs(400, seed=3)]
 TARGETS = [t for _, t in generate_date_pairs(400, seed=3)]

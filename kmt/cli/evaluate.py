@@ -21,8 +21,8 @@ from kmt.cli.common import load_export, setup_logging
 from kmt.cli.errors import exit_on_user_error
 from kmt.data.sources import read_lines, read_parallel
 from kmt.errors import DataError
-from kmt.scoring import paired_bootstrap, tokenized_bleu, translation_scores
-from kmt.translation import batch_fn, translate_lines
+from kmt.inference.translate import batch_fn, translate_lines
+from kmt.metrics import paired_bootstrap, tokenized_bleu, translation_scores
 
 
 def parse_args(argv=None):

@@ -57,11 +57,11 @@ def main(argv=None):
     setup_logging(verbose=True)
     run_dir = Path(args.run_dir)
     with exit_on_user_error():
-        from kmt.build import build_translator
         from kmt.checkpoints import average_checkpoints, load_run_model
         from kmt.config import validate_decode
         from kmt.errors import KmtError
-        from kmt.export import export_translator
+        from kmt.inference.export import export_translator
+        from kmt.inference.translator import build_translator
         from kmt.run_dir import RunDir, write_atomically
         from kmt.tokenizer import Vocabularies
 
@@ -94,20 +94,20 @@ def main(argv=None):
                                "share one (train them on the same data with the same data.tokenizer settings)")
         runs = [run_dir, *others]
         weights = [  # each run's weights files: the last N epochs to average, or the one checkpoint
-            RunDir(run).checkpoints.last(args.average) if args.average
-            else [RunDir(run).checkpoints.find(args.checkpoint)]
-            for run in runs
+            RunDir(member).checkpoints.last(args.average) if args.average
+            else [RunDir(member).checkpoints.find(args.checkpoint)]
+            for member in runs
         ]
 
         sources, models = [], []
-        for run, paths in zip(runs, weights):
-            model = load_run_model(run, paths[-1])[2]
+        for member, paths in zip(runs, weights):
+            model = load_run_model(member, paths[-1])[2]
             source = args.checkpoint
             if args.average:
                 average_checkpoints(model, paths)
-                source = RunDir(run).checkpoints.averaged(args.average)
+                source = RunDir(member).checkpoints.averaged(args.average)
                 write_atomically(source, model.save_weights)
-            sources.append(f"{run}:{source}" if others else str(source))
+            sources.append(f"{member}:{source}" if others else str(source))
             models.append(model)
         output = Path(args.output) if args.output else run.export
         export_translator(build_translator(models, vocabularies, cfg.decode), output)  # one model, or an ensemble

@@ -25,7 +25,7 @@ import sys
 from kmt.cli.common import load_export, setup_logging
 from kmt.cli.errors import exit_on_user_error, fail
 from kmt.data.sources import read_parallel
-from kmt.translation import map_sorted
+from kmt.inference.translate import map_sorted
 
 
 def parse_args(argv=None):

@@ -21,7 +21,7 @@ from pathlib import Path
 from kmt.cli.common import load_export, setup_logging
 from kmt.cli.errors import exit_on_user_error, fail
 from kmt.errors import KmtError
-from kmt.translation import batch_fn, translate_stream
+from kmt.inference.translate import batch_fn, translate_stream
 
 
 def parse_args(argv=None):

@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from kmt.data.buckets import batches_per_pass, bucket_lengths, bucket_of, bucket_sizes
-from kmt.tokenizer import END_ID, START_ID
+from kmt.special_ids import END_ID, START_ID
 
 logger = logging.getLogger(__name__)
 

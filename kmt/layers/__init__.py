@@ -8,7 +8,6 @@ from kmt.layers.encoder import EncoderLayer
 from kmt.layers.feedforward import FeedForward
 from kmt.layers.masks import (
     MASK_VALUE,
-    PAD_ID,
     causal_mask,
     padding_mask,
     source_attention_mask,
@@ -17,7 +16,6 @@ from kmt.layers.masks import (
 
 __all__ = [
     "MASK_VALUE",
-    "PAD_ID",
     "DecoderLayer",
     "Dropout",
     "EncoderLayer",

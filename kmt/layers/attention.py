@@ -9,6 +9,15 @@ from kmt.layers.dropout import Dropout
 from kmt.layers.masks import apply_mask
 
 
+def check_divisible(hidden_dim, num_heads):
+    """Raises the ValueError every attention block gives when heads do not split the hidden size evenly."""
+    if hidden_dim % num_heads:
+        raise ValueError(
+            "hidden_dim must be divisible by num_heads. "
+            f"Received: hidden_dim={hidden_dim}, num_heads={num_heads}"
+        )
+
+
 @keras.saving.register_keras_serializable(package="kmt")
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention: `Concat(head_1, ..., head_H) W^O`, `head_i = softmax(Q_i K_i^T / sqrt(d_k)) V_i`.

@@ -2,9 +2,45 @@
 
 import keras
 
-from kmt.layers.attention import MultiHeadAttention
+from kmt.layers.attention import MultiHeadAttention, check_divisible
 from kmt.layers.dropout import Dropout
-from kmt.layers.feedforward import FeedForward, check_divisible, residual
+from kmt.layers.feedforward import FeedForward
+
+
+def attention_sublayer(layer, name, query_shape, value_shape):
+    """A built `MultiHeadAttention` with the heads and attention dropout of `layer` (an encoder or decoder layer)."""
+    attention = MultiHeadAttention(
+        layer.num_heads,
+        key_dim=layer.hidden_dim // layer.num_heads,
+        dropout=layer.attention_dropout,
+        dtype=layer.dtype_policy,
+        name=name,
+    )
+    attention.build(query_shape, value_shape)
+    return attention
+
+
+def feed_forward_sublayer(layer, inputs_shape):
+    """A built `FeedForward` with the sizes and activation dropout of `layer`."""
+    feed_forward = FeedForward(
+        layer.hidden_dim,
+        layer.intermediate_dim,
+        activation_dropout=layer.activation_dropout,
+        dtype=layer.dtype_policy,
+        name="feed_forward",
+    )
+    feed_forward.build(inputs_shape)
+    return feed_forward
+
+
+def norm_and_dropout(layer, name, inputs_shape):
+    """The built LayerNorm `{name}_norm` and the residual Dropout `{name}_dropout` (rate `layer.dropout`) that wrap
+    the sublayer `name` of `layer`."""
+    norm = keras.layers.LayerNormalization(
+        epsilon=layer.layer_norm_epsilon, dtype=layer.dtype_policy, name=f"{name}_norm"
+    )
+    norm.build(inputs_shape)
+    return norm, Dropout(layer.dropout, dtype=layer.dtype_policy, name=f"{name}_dropout")
 
 
 @keras.saving.register_keras_serializable(package="kmt")
@@ -56,39 +92,12 @@ class EncoderLayer(keras.layers.Layer):
         self.norm_first = norm_first
         self.layer_norm_epsilon = layer_norm_epsilon
 
-    def _attention(self, name, query_shape, value_shape):
-        """A built multi-head attention sublayer with this layer's heads and attention dropout."""
-        attention = MultiHeadAttention(
-            self.num_heads,
-            key_dim=self.hidden_dim // self.num_heads,
-            dropout=self.attention_dropout,
-            dtype=self.dtype_policy,
-            name=name,
-        )
-        attention.build(query_shape, value_shape)
-        return attention
-
-    def _norm_and_dropout(self, name, inputs_shape):
-        """The LayerNorm and residual dropout that wrap the sublayer `name`."""
-        norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=f"{name}_norm"
-        )
-        norm.build(inputs_shape)
-        return norm, Dropout(self.dropout, dtype=self.dtype_policy, name=f"{name}_dropout")
-
     def build(self, inputs_shape):
         check_divisible(self.hidden_dim, self.num_heads)
-        self.self_attention = self._attention("self_attention", inputs_shape, inputs_shape)
-        self.self_attention_norm, self.self_attention_dropout = self._norm_and_dropout("self_attention", inputs_shape)
-        self.feed_forward = FeedForward(
-            self.hidden_dim,
-            self.intermediate_dim,
-            activation_dropout=self.activation_dropout,
-            dtype=self.dtype_policy,
-            name="feed_forward",
-        )
-        self.feed_forward.build(inputs_shape)
-        self.feed_forward_norm, self.feed_forward_dropout = self._norm_and_dropout("feed_forward", inputs_shape)
+        self.self_attention = attention_sublayer(self, "self_attention", inputs_shape, inputs_shape)
+        self.self_attention_norm, self.self_attention_dropout = norm_and_dropout(self, "self_attention", inputs_shape)
+        self.feed_forward = feed_forward_sublayer(self, inputs_shape)
+        self.feed_forward_norm, self.feed_forward_dropout = norm_and_dropout(self, "feed_forward", inputs_shape)
         self.built = True
 
     def residual_dropouts(self):
@@ -96,22 +105,20 @@ class EncoderLayer(keras.layers.Layer):
         return [self.self_attention_dropout, self.feed_forward_dropout]
 
     def call(self, inputs, attention_mask=None, training=None):
-        x = residual(
-            inputs,
-            lambda h: self.self_attention(h, h, attention_mask=attention_mask, training=training),
-            self.self_attention_norm,
-            self.self_attention_dropout,
-            self.norm_first,
-            training,
-        )
-        return residual(
-            x,
-            lambda h: self.feed_forward(h, training=training),
-            self.feed_forward_norm,
-            self.feed_forward_dropout,
-            self.norm_first,
-            training,
-        )  # (B, S, D)
+        # Each block: post-norm `x = norm(x + dropout(sublayer(x)))`, pre-norm `x = x + dropout(sublayer(norm(x)))`.
+        x = inputs  # (B, S, D)
+        h = self.self_attention_norm(x) if self.norm_first else x
+        h = self.self_attention(h, h, attention_mask=attention_mask, training=training)
+        x = x + self.self_attention_dropout(h, training=training)
+        if not self.norm_first:
+            x = self.self_attention_norm(x)
+
+        h = self.feed_forward_norm(x) if self.norm_first else x
+        h = self.feed_forward(h, training=training)
+        x = x + self.feed_forward_dropout(h, training=training)
+        if not self.norm_first:
+            x = self.feed_forward_norm(x)
+        return x  # (B, S, D)
 
     def get_config(self):
         config = super().get_config()

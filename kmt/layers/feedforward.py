@@ -1,4 +1,4 @@
-"""Position-wise feed-forward network and the residual wiring shared by encoder and decoder layers."""
+"""The position-wise feed-forward network of every encoder and decoder layer (Vaswani et al., 2017, section 3.3)."""
 
 import keras
 
@@ -59,27 +59,3 @@ class FeedForward(keras.layers.Layer):
         )
         return config
 
-
-def residual(x, sublayer, norm, dropout, norm_first, training=None):
-    """One sublayer with its residual connection and LayerNorm.
-
-    Post-norm (the paper, section 5.4): `norm(x + dropout(sublayer(x)))`.
-    Pre-norm (Wang et al., 2019; more stable for deep stacks): `x + dropout(sublayer(norm(x)))`.
-    `sublayer` maps `(B, T, D)` to `(B, T, D)`, or to a tuple whose first item is that output (the rest, such
-    as an updated key/value cache, is returned beside the new `x`).
-    """
-    outputs = sublayer(norm(x) if norm_first else x)
-    y, extras = (outputs[0], outputs[1:]) if isinstance(outputs, tuple) else (outputs, ())
-    x = x + dropout(y, training=training)
-    if not norm_first:
-        x = norm(x)
-    return (x, *extras) if extras else x
-
-
-def check_divisible(hidden_dim, num_heads):
-    """Raises the ValueError every attention block gives when heads do not split the hidden size evenly."""
-    if hidden_dim % num_heads:
-        raise ValueError(
-            "hidden_dim must be divisible by num_heads. "
-            f"Received: hidden_dim={hidden_dim}, num_heads={num_heads}"
-        )

@@ -1,8 +1,8 @@
 """Boolean attention masks, built once from token ids at the top of the model.
 
 Convention (flax `examples/wmt`, annotated-transformer `subsequent_mask`): a mask is boolean and **True means
-"may attend"**. Token id 0 is padding. Every mask in kmt is made here and nowhere else; layers receive them by
-keyword (`attention_mask=`, `self_attention_mask=`, `cross_attention_mask=`) and only apply them.
+"may attend"**. `kmt.special_ids.PAD_ID` (0) is padding. Every mask in kmt is made here and nowhere else; layers
+receive them by keyword (`attention_mask=`, `self_attention_mask=`, `cross_attention_mask=`) and only apply them.
 
 The two model-level masks are registered Keras functions so that the functional model can call them inside
 `keras.layers.Lambda` and still reload with `safe_mode=True`:
@@ -15,7 +15,7 @@ The two model-level masks are registered Keras functions so that the functional 
 import keras
 from keras import ops
 
-PAD_ID = 0
+from kmt.special_ids import PAD_ID
 
 # Added to the attention logits of masked positions. Large enough to zero a softmax entry, small enough to be
 # finite in float16 (max 65504) and bfloat16, so masking never produces inf or NaN under mixed precision.

@@ -6,13 +6,13 @@ import logging
 
 from keras import ops
 
-from kmt.build import build_translator
 from kmt.checkpoints import average_checkpoints
 from kmt.data.pipeline import make_dataset
-from kmt.export import export_translator
+from kmt.inference.export import export_translator
+from kmt.inference.translate import batch_fn, translate_lines
+from kmt.inference.translator import build_translator
+from kmt.metrics import translation_scores
 from kmt.run_dir import write_atomically
-from kmt.scoring import translation_scores
-from kmt.translation import batch_fn, translate_lines
 
 logger = logging.getLogger(__name__)
 

@@ -11,15 +11,15 @@ from typing import Any
 import keras
 from omegaconf import OmegaConf
 
-from kmt.build import build_translator
 from kmt.errors import KmtError
+from kmt.inference.translate import batch_fn, translate_lines
+from kmt.inference.translator import build_translator
 from kmt.plots import plot_curves, read_history
 from kmt.run_dir import write_atomically
 from kmt.training.checkpointing import EpochCheckpoint
 from kmt.training.control import DeferredInterrupt, EarlyStopping, LateDropout, StoppedEarly, TimeBudget
 from kmt.training.logs import HistoryCSV, TrainingStats, ValidationBLEU
 from kmt.training.resume import AtomicBackupAndRestore
-from kmt.translation import batch_fn, translate_lines
 
 logger = logging.getLogger(__name__)
 

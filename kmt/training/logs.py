@@ -63,7 +63,7 @@ class ValidationBLEU(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if logs is None or not finite_loss(logs):
             return
-        from kmt.scoring import sacre_scores
+        from kmt.metrics import sacre_scores
 
         started = time.perf_counter()
         if self.decoder is not None and self.decoder is not self.model:

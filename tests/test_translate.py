@@ -1,6 +1,6 @@
 """Translating many lines: order, batching by length, and streaming through a buffer."""
 
-from kmt.translation import translate_lines, translate_stream
+from kmt.inference.translate import translate_lines, translate_stream
 
 
 class Recorder:

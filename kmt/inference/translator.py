@@ -1,4 +1,5 @@
-"""A TensorFlow SavedModel that translates text: tokenizer, encoder, cached search and detokenizer in one graph.
+"""`Translator`, the `tf.Module` of a TensorFlow SavedModel that translates text: tokenizer, encoder, cached search
+and detokenizer in one graph.
 
 The graph holds stock TensorFlow ops plus tensorflow-text's SentencePiece ops, so a process that has run
 `import tensorflow_text` (which registers those ops) can load and serve it with `tf.saved_model.load`,
@@ -13,21 +14,19 @@ or which has a side longer than the model's `max_length`), and `length`: int32 `
 scored (forced decoding; fairseq's `--score-reference`).
 
 An ensemble (a list of models sharing one vocabulary) exports the same signatures; its search and `score` take the
-mean of the models' probabilities at each step (`kmt.decoding.ensemble_next_fn`).
+mean of the models' probabilities at each step (`kmt.inference.ensemble`). `export.export_translator` writes it.
 
 Only the model's weights are saved, once each, through the `tf.Module` object graph; no optimizer state.
 """
 
-import logging
-from pathlib import Path
-
 import keras
 import tensorflow as tf
 
-from kmt.decoding import ensemble_members, score_ids, translate_ids
-from kmt.run_dir import write_atomically
-
-logger = logging.getLogger(__name__)
+from kmt.inference.decoding import search_ids
+from kmt.inference.ensemble import ensemble_members
+from kmt.inference.score import score_ids
+from kmt.model import transformer_parts
+from kmt.special_ids import PAD_ID
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 PAIR_SPECS = [tf.TensorSpec([None], tf.string, name="source"), tf.TensorSpec([None], tf.string, name="target")]
@@ -48,7 +47,7 @@ class Translator(tf.Module):
         max_length: int. Longest input and output in tokens. Defaults to the model's (an ensemble's shortest).
         use_cache: bool. Key/value cache (True) or rerunning the decoder on the prefix (False). Defaults to `True`.
         sampling_topk, sampling_temperature, sampling_topp: random sampling instead of greedy search, with
-            `beam_size` 1 (see `kmt.decoding.translate_ids`): every call draws new translations. Default to `1`
+            `beam_size` 1 (see `kmt.inference.decoding.search_ids`): every call draws new translations. Default to `1`
             (off), `1.0` and `1.0`.
     """
 
@@ -77,7 +76,7 @@ class Translator(tf.Module):
             length_penalty=length_penalty,
             max_length_a=max_length_a,
             max_length_b=max_length_b,
-            max_length=max_length or min(member.get_layer("source_embedding").max_length for member in models),
+            max_length=max_length or min(transformer_parts(member).source_embedding.max_length for member in models),
             use_cache=use_cache,
             sampling_topk=sampling_topk,
             sampling_temperature=sampling_temperature,
@@ -86,11 +85,11 @@ class Translator(tf.Module):
         )
         source_tokenizer, target_tokenizer = vocabularies.source, vocabularies.target
 
-        def search_ids(text):
+        def search_text(text):
             ids = source_tokenizer.tokenize(text)[:, : search["max_length"]]  # (B, None) ragged, truncated
-            source = ids.to_tensor(default_value=0)  # (B, S)
+            source = ids.to_tensor(default_value=PAD_ID)  # (B, S)
             source = tf.pad(source, [[0, 0], [0, tf.maximum(1 - tf.shape(source)[1], 0)]])  # S >= 1 if all empty
-            tokens, scores = translate_ids(model, source, num_hypotheses=beam_size, **search)  # (B, K, L), (B, K)
+            tokens, scores = search_ids(model, source, num_hypotheses=beam_size, **search)  # (B, K, L), (B, K)
             return tokens, tf.cast(scores, tf.float32), tf.equal(ids.row_lengths(), 0)
 
         # Traced once: both signatures call this graph function. It searches for the K best, so its early stop
@@ -98,10 +97,10 @@ class Translator(tf.Module):
         # search's. No autograph: the search is written in Keras ops (`keras.ops.while_loop`, no Python control
         # flow on tensors, as JAX needs too), so there is nothing to convert, and converting every function it
         # calls took most of the tracing (5.3 s of a first trace, against 1.4 s without, on the CI machine).
-        search_ids = tf.function(search_ids, autograph=False)
+        search_text = tf.function(search_text, autograph=False)
 
         def translate(text):
-            tokens, scores, empty = search_ids(text)
+            tokens, scores, empty = search_text(text)
             translation = target_tokenizer.detokenize(tokens[:, 0])  # (B,)
             return {
                 "translation": tf.where(empty, tf.constant(""), translation),
@@ -109,7 +108,7 @@ class Translator(tf.Module):
             }
 
         def translate_nbest(text):
-            tokens, scores, empty = search_ids(text)
+            tokens, scores, empty = search_text(text)
             translations = target_tokenizer.detokenize(tf.reshape(tokens, [-1, tf.shape(tokens)[2]]))  # (B*K,)
             translations = tf.reshape(translations, [-1, beam_size])  # (B, K), K static in the signature
             return {
@@ -126,9 +125,10 @@ class Translator(tf.Module):
             # (training drops such pairs), so these get NaN instead.
             source_lengths = source_ids.row_lengths()
             fits = (source_lengths > 0) & (source_lengths <= max_length) & (target_ids.row_lengths() < max_length)
-            source_ids = source_ids[:, :max_length].to_tensor(default_value=0)
+            source_ids = source_ids[:, :max_length].to_tensor(default_value=PAD_ID)
             source_ids = tf.pad(source_ids, [[0, 0], [0, tf.maximum(1 - tf.shape(source_ids)[1], 0)]])
-            scores, lengths = score_ids(model, source_ids, target_ids[:, : max_length - 1].to_tensor(default_value=0))
+            padded_target = target_ids[:, : max_length - 1].to_tensor(default_value=PAD_ID)
+            scores, lengths = score_ids(model, source_ids, padded_target)
             return {
                 "score": tf.where(fits, tf.cast(scores, tf.float32), float("nan")),
                 "length": tf.cast(target_ids.row_lengths() + 1, tf.int32),
@@ -144,13 +144,18 @@ class Translator(tf.Module):
         return [t.decode("utf-8") for t in outputs["translation"].numpy()]
 
 
-def export_translator(translator, directory):
-    """Writes `translator` as a SavedModel at `directory`, replacing what was there only once the new one is
-    complete. Returns the size in bytes."""
-    directory = Path(directory)
-    signatures = {"translate": translator.translate, "serving_default": translator.translate,
-                  "translate_nbest": translator.translate_nbest, "score": translator.score}
-    write_atomically(directory, lambda partial: tf.saved_model.save(translator, str(partial), signatures=signatures))
-    size = sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
-    logger.info("exported a SavedModel to %s (%.1f MB)", directory, size / 1e6)
-    return size
+def build_translator(model, vocabularies, decode_cfg, beam_size=None):
+    """A text-to-text `Translator` with the search settings of `cfg.decode` (`beam_size`, when given,
+    instead of `decode.beam_size` and without sampling: 1 for the greedy search that scores val during training).
+    `model` may be a list of models sharing `vocabularies`: an ensemble."""
+    return Translator(
+        model,
+        vocabularies,
+        beam_size=beam_size or decode_cfg.beam_size,
+        length_penalty=decode_cfg.length_penalty,
+        max_length_a=decode_cfg.max_length_a,
+        max_length_b=decode_cfg.max_length_b,
+        sampling_topk=decode_cfg.sampling_topk if beam_size is None else 1,
+        sampling_temperature=decode_cfg.sampling_temperature,
+        sampling_topp=decode_cfg.sampling_topp,
+    )

@@ -1,8 +1,8 @@
-"""kmt.scoring: sacreBLEU scores and the hypothesis / reference length ratio."""
+"""kmt.metrics: sacreBLEU scores and the hypothesis / reference length ratio."""
 
 import pytest
 
-from kmt.scoring import sacre_scores
+from kmt.metrics import sacre_scores
 
 
 def test_length_ratio_is_hypothesis_over_reference_tokens():
@@ -38,7 +38,7 @@ def _damaged(sentences, share, seed):
 
 
 def test_paired_bootstrap_tells_a_better_system_from_an_equal_one():
-    from kmt.scoring import paired_bootstrap
+    from kmt.metrics import paired_bootstrap
 
     references = _corpus()
     baseline = _damaged(references, 0.3, seed=1)

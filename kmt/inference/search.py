@@ -6,11 +6,14 @@ decoded so far (column 0 the start token, pad after `index`), `index` is the pos
 axis 0 (beam search reorders it when beams are reordered). Both searches use `keras.ops.while_loop` with
 fixed-shape state, so they run under JAX and inside a TensorFlow `tf.function` (the exported SavedModel) with
 dynamic batch and length. The pad token is never emitted before the end token (its log-probability is set to -inf,
-as in fairseq), so pad only ever follows the end. `kmt.decoding` drives them with a Transformer's key/value cache.
+as in fairseq), so pad only ever follows the end. `kmt.inference.decoding` drives them with a Transformer's
+key/value cache (`kmt.inference.steps`).
 """
 
 import keras
 from keras import ops
+
+from kmt.special_ids import END_ID, PAD_ID, START_ID
 
 NEG_INF = float("-inf")
 
@@ -67,7 +70,9 @@ def expand_to_beams(state, beam_size):
     return keras.tree.map_structure(lambda x: ops.repeat(x, beam_size, axis=0), state)
 
 
-def greedy_search(next_fn, state, batch_size, max_length, start_id=2, end_id=3, pad_id=0, max_lengths=None):
+def greedy_search(
+    next_fn, state, batch_size, max_length, start_id=START_ID, end_id=END_ID, pad_id=PAD_ID, max_lengths=None
+):
     """Emits the most probable token at each step until every sequence has emitted `end_id` or reached its limit.
 
     Args:
@@ -75,7 +80,7 @@ def greedy_search(next_fn, state, batch_size, max_length, start_id=2, end_id=3, 
         state: nest of tensors with leading axis B, passed to `next_fn`.
         batch_size: int or scalar tensor B.
         max_length: int or scalar int tensor L, the most tokens emitted after the start token (the loop bound).
-        start_id, end_id, pad_id: ints. Defaults to `2`, `3`, `0`.
+        start_id, end_id, pad_id: ints. Default to `kmt.special_ids`' `START_ID`, `END_ID`, `PAD_ID`.
         max_lengths: int `(B,)` each sentence's own limit (at most L); a sentence that reaches it is finished,
             pad follows. Defaults to `None`: L for every sentence.
 
@@ -125,9 +130,9 @@ def sample_search(
     top_k=0,
     temperature=1.0,
     top_p=1.0,
-    start_id=2,
-    end_id=3,
-    pad_id=0,
+    start_id=START_ID,
+    end_id=END_ID,
+    pad_id=PAD_ID,
     max_lengths=None,
 ):
     """Draws each token from the model's distribution (random sampling, for back-translation: Edunov et al., 2018).
@@ -188,9 +193,9 @@ def beam_search(
     max_length,
     beam_size=4,
     length_penalty=0.6,
-    start_id=2,
-    end_id=3,
-    pad_id=0,
+    start_id=START_ID,
+    end_id=END_ID,
+    pad_id=PAD_ID,
     max_lengths=None,
     num_hypotheses=None,
 ):
@@ -218,7 +223,7 @@ def beam_search(
         max_length: int or scalar int tensor L, the most tokens emitted after the start token (the loop bound).
         beam_size: int K. Defaults to `4`.
         length_penalty: float alpha; 0 ranks by log-probability alone. Defaults to `0.6`.
-        start_id, end_id, pad_id: ints. Defaults to `2`, `3`, `0`.
+        start_id, end_id, pad_id: ints. Default to `kmt.special_ids`' `START_ID`, `END_ID`, `PAD_ID`.
         max_lengths: int `(B,)` each sentence's own limit (at most L). Defaults to `None`: L for every sentence.
         num_hypotheses: int n, 1 to K: return the n best finished hypotheses of each sentence. Defaults to `None`:
             return the best one, without the hypothesis axis.

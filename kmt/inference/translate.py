@@ -51,8 +51,8 @@ def translate_stream(translate_batch, lines, batch_size=64, buffer_size=1000, pr
 
 
 def batch_fn(translate, nbest=None):
-    """Adapts `translate(text=...)` (a `kmt.export.Translator`'s, or a loaded SavedModel's `translate` signature)
-    to the `translate_batch` that `translate_lines` takes. With `nbest` n, `translate` is a `translate_nbest`
+    """Adapts `translate(text=...)` (a `kmt.inference.translator.Translator`'s, or a loaded SavedModel's `translate`
+    signature) to the `translate_batch` that `translate_lines` takes. With `nbest` n, `translate` is a `translate_nbest`
     signature and each sentence's translation and score are lists of its n best, best first."""
     import tensorflow as tf
 
