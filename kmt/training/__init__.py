@@ -10,14 +10,16 @@ from pathlib import Path
 
 from kmt import config as config_lib
 from kmt.run_dir import RunLock
-from kmt.training.finish import finish
-from kmt.training.fit import fit
-from kmt.training.prepare import prepare
 
 
 def train(cfg, run_dir):
     """Trains (or resumes) the run in `run_dir` and returns its validation `cfg.trainer.objective`, which a Hydra
     sweeper can optimise."""
+    # Imported here, not above: the callbacks modules need no TensorFlow, and the JAX bench imports them without it.
+    from kmt.training.finish import finish
+    from kmt.training.fit import fit
+    from kmt.training.prepare import prepare
+
     run_dir = Path(run_dir)
     config_lib.validate(cfg)
     with RunLock(run_dir):
