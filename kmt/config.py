@@ -14,8 +14,8 @@ from omegaconf import OmegaConf
 
 from kmt.errors import ConfigError
 
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-DATASETS = ("dates", "multi30k", "spa_eng", "parallel")
+PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
+DATASETS = ("dates", "multi30k", "spa_eng", "parallel", "prepared")
 MONITORS = ("val_loss", "val_ppl", "val_accuracy", "val_bleu")  # what trainer.monitor may name
 OBJECTIVES = ("loss", "ppl", "accuracy", "bleu", "chrf", "exact_match")  # what trainer.objective may name
 
@@ -36,7 +36,10 @@ class SplitFiles:
 
 @dataclass
 class DataConfig:
-    name: str = "dates"  # which corpus: dates (generated, offline), multi30k, spa_eng, parallel
+    name: str = "dates"  # which corpus: dates (generated, offline), multi30k, spa_eng, parallel, prepared
+    path: str = ""  # data=prepared: a kmt-prepare directory to train from
+    vocabulary: str = ""  # a tokenizer/ directory (or a run or prepared directory holding one) to use instead of
+    # training a vocabulary
     dir: str = "${oc.env:KMT_DATA_DIR,data}"  # where corpora live (and are downloaded to)
     download: bool = True  # fetch a missing public corpus into `dir`
     source_lang: str = "en"  # multi30k: en, de, fr or cs
@@ -50,7 +53,7 @@ class DataConfig:
     max_tokens: int = 2048  # tokens per batch, bucketed by length (real corpora: 4096); 0 to batch by batch_size
     batch_size: int = 64  # sentences per batch when max_tokens is 0
     bucket_width: int = 0  # length buckets every N tokens (1: one per length, least padding); 0: fixed edges
-    pad_to_bucket: bool = False  # pad batches to their bucket's width: fixed shapes, for trainer.jit_compile
+    pad_to_bucket: bool = False  # pad batches to fixed shapes (their bucket's width) even without XLA
     subword_sampling: float = 0.0  # alpha of subword regularization: each pass samples a segmentation of every
     # training sentence (unigram vocabularies; 0.5 changes about a third of sentences, 0.1 doubles their pieces);
     # 0: always the best segmentation
@@ -104,8 +107,10 @@ class OptimConfig:
 class TrainerConfig:
     epochs: int = 10  # passes over the training split (at most, with max_minutes)
     max_minutes: float = 0.0  # wall-clock budget: stop after the epoch another would overrun it; 0 for none
-    precision: str = "float32"  # float32, mixed_float16 or mixed_bfloat16
-    jit_compile: bool = False  # XLA-compile the train step (set data.pad_to_bucket too: one compile per bucket)
+    precision: str = "auto"  # float32, mixed_float16, mixed_bfloat16, or auto: mixed_bfloat16 on GPUs that have
+    # bfloat16 (compute capability 8.0+), float32 elsewhere
+    jit_compile: Optional[bool] = None  # XLA-compile the train step; null: where it helps (under JAX, and on GPUs
+    # under TensorFlow), whose batches then come in fixed shapes (one compile per length bucket)
     keep_checkpoints: int = 5  # epoch checkpoints kept on disk (the newest); the best is always kept
     average_last: int = 0  # >1: score and export the average of the last N epoch checkpoints (paper, section 6.1)
     val_bleu: bool = False  # after every epoch, translate val greedily and log its sacreBLEU as val_bleu (fairseq's
@@ -181,6 +186,7 @@ def validate(cfg):
         not data.tokenized or data.name == "multi30k",
         f"data.tokenized applies to data=multi30k only. Received: data.tokenized=true with data={data.name}",
     )
+    _check(data.name != "prepared" or data.path, "data=prepared needs data.path=DIR, a directory made by kmt-prepare")
     if data.name == "parallel":
         unset = [f"data.{split}.{side}" for split in ("train", "val") for side in ("source", "target")
                  if not data[split][side]]

@@ -8,6 +8,7 @@ Layout of `RunDir(root)`, as kmt-train leaves it:
     .hydra/                   Hydra's record of the command: config.yaml (unresolved), overrides.yaml
     .lock                     the run lock (`RunLock`)
     tokenizer/                joint.model, or source.model and target.model (each with a readable .vocab)
+    data/                     the corpus prepared for training (`kmt.data.shards`), unless it trained on data=prepared
     checkpoints/              epoch_NNN.weights.h5 (the newest trainer.keep_checkpoints), best.weights.h5 and
                               best.json, average_lastN.weights.h5, interrupted.weights.h5
     checkpoints/backup/       the resume state: Keras's BackupAndRestore files (weights with the optimizer state,
@@ -221,6 +222,7 @@ class RunDir:
         self.config = self.root / "config.yaml"
         self.lock = self.root / ".lock"
         self.tokenizer = self.root / "tokenizer"
+        self.data = self.root / "data"  # the prepared data of a run on raw text (kmt.data.shards)
         self.checkpoints = Checkpoints(self.root / "checkpoints")
         self.logs = self.root / "logs"
         self.history = self.logs / "history.csv"

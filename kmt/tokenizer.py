@@ -1,9 +1,9 @@
 """Subword vocabularies: SentencePiece models trained on the training split, run with tensorflow-text ops.
 
-Training uses the `sentencepiece` library (as keras-hub's `compute_sentence_piece_proto` does), and so does the
-seeded subword sampling of a training stream; tokenizing and detokenizing use
-`tensorflow_text.SentencepieceTokenizer`, a stock tensorflow-text op, so the very same model runs in tf.data during
-training and inside the exported SavedModel. SentencePiece is reversible (spaces are pieces), so detokenized output
+Training, preparing data (`encode`, `kmt-prepare`), the seeded subword sampling of a training stream and decoding
+outside TensorFlow (`decode`) use the `sentencepiece` library, so no backend needs TensorFlow to train; the
+TensorFlow ops (`tokenize`, `detokenize`) are `tensorflow_text.SentencepieceTokenizer`, a stock tensorflow-text op, so
+the very same model runs inside the exported SavedModel. TensorFlow is imported only when those ops are first used. SentencePiece is reversible (spaces are pieces), so detokenized output
 is plain text that sacreBLEU can score against raw references, and with `byte_fallback` a character never seen in
 training is spelled in UTF-8 bytes instead of becoming `<unk>`.
 
@@ -14,6 +14,7 @@ and target share one vocabulary, otherwise `source.model` and `target.model`.
 """
 
 import io
+import itertools
 import logging
 import os
 import threading
@@ -22,8 +23,6 @@ from pathlib import Path
 
 import numpy as np
 import sentencepiece
-import tensorflow as tf
-import tensorflow_text as tf_text
 
 from kmt.errors import ConfigError, DataError
 from kmt.run_dir import unreadable, write_atomically
@@ -35,7 +34,8 @@ _SAMPLING = threading.Lock()  # see Tokenizer._draw
 
 
 class Tokenizer:
-    """One SentencePiece vocabulary: strings to int32 ids and back, as TensorFlow ops.
+    """One SentencePiece vocabulary: strings to int32 ids and back, in numpy (`encode`, `decode`) or as TensorFlow ops
+    (`tokenize`, `detokenize`).
 
     Args:
         model_proto: bytes. A serialized SentencePiece model, as written by `train_tokenizer`.
@@ -51,12 +51,31 @@ class Tokenizer:
 
     def __init__(self, model_proto):
         self.model_proto = model_proto
-        self._op = tf_text.SentencepieceTokenizer(model=model_proto, out_type=tf.int32)
+        self._tf_op = None
         self._processor = processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
         self.vocab_size = processor.get_piece_size()
         reserved = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
         if reserved != SPECIAL_IDS:
             raise DataError(f"tokenizer reserves ids {reserved} for pad/unk/start/end; kmt needs {SPECIAL_IDS}")
+
+    @property
+    def _op(self):
+        """The tensorflow-text op, made on first use (it imports TensorFlow)."""
+        if self._tf_op is None:
+            import tensorflow as tf
+            import tensorflow_text as tf_text
+
+            self._tf_op = tf_text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32)
+        return self._tf_op
+
+    def encode(self, strings):
+        """A list of str -> a list of int32 numpy arrays of ids, no start or end token (the best segmentation, the
+        ids `tokenize` gives)."""
+        return [np.asarray(ids, np.int32) for ids in self._processor.encode(list(strings))]
+
+    def decode(self, rows):
+        """Rows of ids (lists or arrays) -> a list of str, as `detokenize`: special ids decode to nothing."""
+        return [self._processor.decode([int(i) for i in row if i > END_ID]) for row in rows]
 
     def tokenize(self, strings):
         """`(N,)` tf.string -> `(N, None)` int32 RaggedTensor of ids, no start or end token."""
@@ -64,6 +83,8 @@ class Tokenizer:
 
     def detokenize(self, ids):
         """`(N, L)` int ids (dense or ragged) -> `(N,)` tf.string. Special ids (pad, start, end) decode to nothing."""
+        import tensorflow as tf
+
         if not isinstance(ids, tf.RaggedTensor):
             ids = tf.RaggedTensor.from_tensor(ids)
         ids = tf.ragged.boolean_mask(ids, ids > END_ID)  # (N, None): drop pad/unk/start/end ids
@@ -80,6 +101,8 @@ class Tokenizer:
         segmentations whatever thread runs each call and in whatever order. It runs the `sentencepiece` library
         through `tf.py_function`: tensorflow-text's sampling op draws from a generator that no seed reaches.
         """
+        import tensorflow as tf
+
         def draw(strings, number):
             state = np.random.SeedSequence([*seed, int(number)]).generate_state(1)[0]
             return self._draw([text.decode() for text in strings.numpy()], alpha, int(state))
@@ -93,8 +116,15 @@ class Tokenizer:
     def sample(self, strings, alpha, seed):
         """`sampler`'s draw for a list of strings, seeded with the int `seed`: `(N, None)` int32 RaggedTensor. The same
         call gives the same ids."""
+        import tensorflow as tf
+
         values, lengths = self._draw(strings, alpha, seed)
         return tf.RaggedTensor.from_row_lengths(values, lengths)
+
+    def draw(self, strings, alpha, seed):
+        """One seeded segmentation of `strings` by subword sampling, in numpy: `(values, lengths)`, the flat int32 ids
+        and each string's count of them."""
+        return self._draw(strings, alpha, seed)
 
     def _draw(self, strings, alpha, seed):
         # SentencePiece seeds each new thread's generator from one global seed, and a batch `encode` runs on new
@@ -143,7 +173,8 @@ def train_tokenizer(
     """Trains a SentencePiece model on `sentences` (an iterable of str) and returns a `Tokenizer`.
 
     Args:
-        sentences: the training text; for a joint vocabulary, both sides of the training split.
+        sentences: the training text, an iterable that can be iterated twice (a list, or lines read from files as
+            they come); for a joint vocabulary, both sides of the training split.
         vocab_size: int. Target vocabulary size (a soft limit: a tiny corpus may give fewer pieces).
         model_type: str. `"unigram"` (Kudo, 2018) or `"bpe"` (Sennrich et al., 2016). Defaults to `"unigram"`.
         character_coverage: float. Share of characters the vocabulary must cover. Defaults to `1.0`.
@@ -153,11 +184,16 @@ def train_tokenizer(
     """
     if model_type not in ("unigram", "bpe"):
         raise ConfigError(f"tokenizer.model_type must be 'unigram' or 'bpe'. Received: model_type={model_type!r}")
-    sentences = [s for s in sentences if s.strip()]
-    if not sentences:
-        raise DataError("cannot train a tokenizer: the training split has no non-empty sentence")
+    def nonempty():
+        return (s for s in sentences if s.strip())
+
     # Every character kept needs a piece of its own, besides the specials and the 256 byte pieces.
-    characters = len(set().union(*map(set, sentences[:max_sentences])))
+    characters = set()
+    for sentence in itertools.islice(nonempty(), max_sentences):
+        characters.update(sentence)
+    if not characters:
+        raise DataError("cannot train a tokenizer: the training split has no non-empty sentence")
+    characters = len(characters)
     minimum = len(SPECIAL_IDS) + (256 if byte_fallback else 0) + characters + 1
     if vocab_size < minimum:
         logger.warning(
@@ -167,7 +203,7 @@ def train_tokenizer(
         vocab_size = minimum
     model = io.BytesIO()
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences),
+        sentence_iterator=nonempty(),
         model_writer=model,
         vocab_size=vocab_size,
         model_type=model_type,
@@ -233,6 +269,16 @@ class Vocabularies:
     def train(cls, source_sentences, target_sentences, joint, **options):
         """Trains one joint vocabulary on both sides, or one per side. `options` go to `train_tokenizer`."""
         if joint:
-            tokenizer = train_tokenizer([*source_sentences, *target_sentences], **options)
+            tokenizer = train_tokenizer(Chained(source_sentences, target_sentences), **options)
             return cls(tokenizer, tokenizer)
         return cls(train_tokenizer(source_sentences, **options), train_tokenizer(target_sentences, **options))
+
+
+class Chained:
+    """Iterables one after the other, re-iterable (a joint vocabulary's text, both sides, without copying them)."""
+
+    def __init__(self, *iterables):
+        self.iterables = iterables
+
+    def __iter__(self):
+        return itertools.chain.from_iterable(self.iterables)

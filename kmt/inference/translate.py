@@ -65,3 +65,41 @@ def batch_fn(translate, nbest=None):
         return texts, [[float(s) for s in row[:nbest]] for row in outputs["scores"].numpy()]
 
     return translate_batch
+
+
+def translate_fn(model, vocabularies, decode_cfg, beam_size=None):
+    """`translate_batch(list of str) -> (translations, scores)` for `translate_lines`, searching with `decode_cfg`'s
+    settings (`beam_size`, when given, instead of its beam and without sampling), as the export does.
+
+    Under TensorFlow it is the `Translator` graph the SavedModel holds (tokenizer, search and detokenizer traced
+    once); under JAX and PyTorch the same `search_ids` on ids from the `sentencepiece` library, so no TensorFlow is
+    imported. Inputs are cut to the model's `max_length` tokens; an empty input translates to "" with score 0."""
+    import keras
+
+    if keras.backend.backend() == "tensorflow":
+        from kmt.inference.translator import build_translator
+
+        return batch_fn(build_translator(model, vocabularies, decode_cfg, beam_size).translate)
+    import numpy as np
+
+    from kmt.inference.decoding import search_ids
+    from kmt.model import transformer_parts
+
+    max_length = transformer_parts(model).source_embedding.max_length
+    search = dict(beam_size=beam_size or decode_cfg.beam_size, length_penalty=decode_cfg.length_penalty,
+                  max_length_a=decode_cfg.max_length_a, max_length_b=decode_cfg.max_length_b,
+                  sampling_topk=decode_cfg.sampling_topk if beam_size is None else 1,
+                  sampling_temperature=decode_cfg.sampling_temperature, sampling_topp=decode_cfg.sampling_topp)
+
+    def translate_batch(lines):
+        rows = [ids[:max_length] for ids in vocabularies.source.encode(lines)]
+        source = np.zeros((len(rows), max(1, *map(len, rows))), np.int32)
+        for i, row in enumerate(rows):
+            source[i, : len(row)] = row
+        tokens, scores = search_ids(model, source, max_length=max_length, **search)
+        tokens, scores = keras.ops.convert_to_numpy(tokens), keras.ops.convert_to_numpy(scores)
+        texts = vocabularies.target.decode(tokens)
+        return ([text if len(row) else "" for text, row in zip(texts, rows)],
+                [float(score) if len(row) else 0.0 for score, row in zip(scores, rows)])
+
+    return translate_batch

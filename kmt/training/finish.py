@@ -1,16 +1,18 @@
 """Training, step 3: the trained model saved, its last checkpoints averaged, val and test scored, the translator
 exported, and `metrics.json` written last."""
 
+import importlib.util
 import json
 import logging
+import os
+import subprocess
+import sys
 
+import keras
 from keras import ops
 
 from kmt.checkpoints import average_checkpoints
-from kmt.data.pipeline import make_dataset
-from kmt.inference.export import export_translator
-from kmt.inference.translate import batch_fn, translate_lines
-from kmt.inference.translator import build_translator
+from kmt.inference.translate import translate_fn, translate_lines
 from kmt.metrics import translation_scores
 from kmt.run_dir import write_atomically
 
@@ -28,20 +30,20 @@ def finish(cfg, prepared, fitted):
         write_atomically(run.checkpoints.averaged(len(paths)), p.model.save_weights)
     if p.decoder is not p.model:
         p.decoder.set_weights(p.model.get_weights())
-    translator = build_translator(p.decoder, p.vocabularies, cfg.decode)
+    translate_batch = translate_fn(p.decoder, p.vocabularies, cfg.decode)
 
     train = train_stats(p.epoch, fitted, p.updates_per_epoch, p.model)
     train["averaged_checkpoints"] = max(1, min(cfg.trainer.average_last, len(run.checkpoints.epochs())))
     train["best"] = run.checkpoints.best_epoch(cfg.trainer.monitor)
     metrics = {"train": train}
     for name in ("val", "test"):
-        if name in p.splits:
-            metrics[name] = evaluate_split(p.model, translator, p.splits[name], p.corpus[name], p.batching,
+        if name in p.texts:
+            metrics[name] = evaluate_split(p.model, translate_batch, p.evaluation_data(name), p.texts[name],
                                            cfg.decode, tokenized=cfg.data.tokenized)
             logger.info("%s: %s", name, ", ".join(f"{k} {v:.4g}" for k, v in metrics[name].items()
                                                    if isinstance(v, float)))
-    if cfg.trainer.export:
-        metrics["export"] = {"path": run.export.name, "bytes": export_translator(translator, run.export)}
+    if cfg.trainer.export and (size := export(cfg, p, run)) is not None:
+        metrics["export"] = {"path": run.export.name, "bytes": size}
     write_atomically(run.metrics, json.dumps(metrics, indent=2) + "\n")
     return metrics
 
@@ -63,10 +65,35 @@ def train_stats(split, fitted, updates_per_epoch, model):
     }
 
 
-def evaluate_split(model, translator, split, text, batching, decode_cfg, tokenized=False):
-    """Loss, token accuracy and perplexity on the kept pairs; BLEU, chrF and exact match of decoded translations of
-    every source sentence against its reference (BLEU without further tokenization when the text is `tokenized`)."""
-    scores = model.evaluate(make_dataset(split, **batching), verbose=0, return_dict=True)
-    translations, _ = translate_lines(batch_fn(translator.translate), text.source, decode_cfg.batch_size)
+def export(cfg, prepared, run):
+    """Writes the SavedModel of the scored weights to `run.export`; returns its size in bytes, or None when this
+    machine cannot make it. Under TensorFlow it traces `prepared.decoder` here. Under JAX and PyTorch the SavedModel
+    is a TensorFlow graph all the same, so `kmt-export` makes it in a TensorFlow process from the run's checkpoints
+    (this process never imports TensorFlow); without TensorFlow the run says how to make it elsewhere."""
+    if keras.backend.backend() == "tensorflow":
+        from kmt.inference.export import export_translator
+        from kmt.inference.translator import build_translator
+
+        return export_translator(build_translator(prepared.decoder, prepared.vocabularies, cfg.decode), run.export)
+    average = ["--average", str(cfg.trainer.average_last)] if cfg.trainer.average_last > 1 else []
+    command = ["kmt-export", str(run.root), *average]
+    if importlib.util.find_spec("tensorflow") is not None:
+        result = subprocess.run([sys.executable, "-m", "kmt.cli.export", str(run.root), *average],
+                                env=os.environ | {"KERAS_BACKEND": "tensorflow"}, capture_output=True, text=True)
+        if result.returncode == 0:
+            logger.info("exported the SavedModel to %s (kmt-export, under TensorFlow)", run.export)
+            return sum(path.stat().st_size for path in run.export.rglob("*") if path.is_file())
+        logger.debug("kmt-export failed: %s", result.stderr)
+    logger.warning("no SavedModel: it needs TensorFlow, which cannot be imported here; run `%s` where TensorFlow is "
+                   "installed to make it", " ".join(command))
+    return None
+
+
+def evaluate_split(model, translate_batch, data, text, decode_cfg, tokenized=False):
+    """Loss, token accuracy and perplexity on the kept pairs (`data`: one pass over their batches); BLEU, chrF and
+    exact match of decoded translations of every source sentence against its reference (BLEU without further
+    tokenization when the text is `tokenized`)."""
+    scores = model.evaluate(data, verbose=0, return_dict=True)
+    translations, _ = translate_lines(translate_batch, text.source, decode_cfg.batch_size)
     kept = {name: scores[name] for name in ("loss", "accuracy", "ppl")}
     return kept | {"pairs": len(text)} | translation_scores(translations, text.target, tokenized)

@@ -12,8 +12,7 @@ import keras
 from omegaconf import OmegaConf
 
 from kmt.errors import KmtError
-from kmt.inference.translate import batch_fn, translate_lines
-from kmt.inference.translator import build_translator
+from kmt.inference.translate import translate_fn, translate_lines
 from kmt.plots import plot_curves, read_history
 from kmt.run_dir import write_atomically
 from kmt.training.checkpointing import EpochCheckpoint
@@ -50,7 +49,7 @@ def fit(cfg, prepared):
                 steps_per_epoch=p.steps_per_epoch,
                 callbacks=[*callbacks, interrupt],
                 verbose=cfg.trainer.verbose,
-                shuffle=False,  # the tf.data pipeline shuffles, seeded
+                shuffle=False,  # the batcher shuffles, seeded
             )
         if interrupt.received:  # a signal during the last epoch's final hooks: still an interrupt
             raise KeyboardInterrupt
@@ -89,7 +88,7 @@ def build_callbacks(cfg, run, tokens_per_epoch, val_bleu=None):
         *([val_bleu] if val_bleu else []),
         stats,
         HistoryCSV(run.history),  # before the backup: a resume drops rows the backup does not cover
-        keras.callbacks.TensorBoard(log_dir=str(run.logs), write_graph=False),
+        *tensorboard(run),
         # then the resume state: a kill after it loses nothing
         AtomicBackupAndRestore(run.checkpoints.backup, batches_per_update=cfg.optim.gradient_accumulation_steps),
         # config.yaml (what kmt-export rebuilds the model from) once the resume state has accepted this config, so
@@ -107,13 +106,21 @@ def build_callbacks(cfg, run, tokens_per_epoch, val_bleu=None):
     return callbacks, stats
 
 
+def tensorboard(run):
+    """Keras's TensorBoard callback, which writes with TensorFlow's summary ops: under the TensorFlow backend only,
+    so a JAX or PyTorch run never imports TensorFlow (history.csv and curves.png hold the same curves)."""
+    if keras.backend.backend() != "tensorflow":
+        return []
+    return [keras.callbacks.TensorBoard(log_dir=str(run.logs), write_graph=False)]
+
+
 def validation_bleu(cfg, prepared):
     """With `trainer.val_bleu`, a `ValidationBLEU` that translates val greedily with the float32 decoder; else None."""
     if not cfg.trainer.val_bleu:
         return None
-    greedy = build_translator(prepared.decoder, prepared.vocabularies, cfg.decode, beam_size=1)
-    val = prepared.corpus["val"]
-    return ValidationBLEU(lambda lines: translate_lines(batch_fn(greedy.translate), lines, cfg.decode.batch_size),
+    greedy = translate_fn(prepared.decoder, prepared.vocabularies, cfg.decode, beam_size=1)
+    val = prepared.texts["val"]
+    return ValidationBLEU(lambda lines: translate_lines(greedy, lines, cfg.decode.batch_size),
                           val.source, val.target, decoder=prepared.decoder, tokenized=cfg.data.tokenized)
 
 

@@ -1,18 +1,24 @@
 """Training, step 1: everything `model.fit` needs, from the config and the run directory (seed, precision, whether
-the run resumes, the fine-tuning source, corpus, vocabulary, encoded splits, the training stream, schedule, model)."""
+the run resumes, the fine-tuning source, the prepared data and its vocabulary, the training stream, schedule, model).
+
+The data is prepared token ids (`kmt.data.shards`): `data=prepared` names a `kmt-prepare` directory, any other corpus
+is prepared into the run directory's `data/` first. Its batches come from the one batcher (`kmt.data.batches`), through
+tf.data under TensorFlow and a Keras `PyDataset` under JAX and PyTorch; nothing here imports TensorFlow itself.
+"""
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import keras
-from omegaconf import OmegaConf
 
+from kmt import backend
 from kmt.build import build_model, build_schedule, compile_model
 from kmt.checkpoints import init_source, load_weights
-from kmt.data import load_corpus
-from kmt.data.pipeline import count_batches, encode_split, make_dataset, resample, subword_sampler
-from kmt.errors import KmtError
+from kmt.data.batches import Batcher, keras_data
+from kmt.data.prepared import prepare_data
+from kmt.data.shards import PreparedData
+from kmt.errors import ConfigError, KmtError
 from kmt.run_dir import RunDir
 from kmt.tokenizer import Vocabularies
 
@@ -24,13 +30,13 @@ class Prepared:
     """What `fit` and `finish` work on."""
 
     run: RunDir
-    corpus: dict  # split name -> text pairs (`kmt.data.load_corpus`)
+    data: PreparedData
     vocabularies: Vocabularies
-    splits: dict  # split name -> encoded pairs (`kmt.data.pipeline.EncodedSplit`)
+    texts: dict  # split name -> every line of val and test as read (`kmt.data.shards.Text`), for BLEU
     epoch: Any  # what an epoch of the training stream holds (the train split, or a draw of its segmentation)
     train_data: Any  # the repeated, shuffled stream of training batches
     val_data: Any
-    batching: dict  # the batching settings of `make_dataset`, for evaluation
+    evaluation_data: Callable  # split name -> one pass over its batches, for model.evaluate
     steps_per_epoch: int  # batches
     updates_per_epoch: int  # optimizer updates (steps_per_epoch / optim.gradient_accumulation_steps)
     total_steps: int  # updates of the whole run, what the schedule counts
@@ -43,8 +49,13 @@ def prepare(cfg, run_dir):
     """Seeds, sets the precision and builds the run's data and model; a resumed run (one with a resume state) starts
     its stream after the batches of its finished epochs, a fine-tuning run (`trainer.init_from`) from another run's
     vocabulary and weights."""
+    backend.keep_tensorflow_out()
     keras.utils.set_random_seed(cfg.seed)
+    cfg.trainer.precision = backend.resolve_precision(cfg.trainer.precision)  # config.yaml records what ran
+    cfg.trainer.jit_compile = backend.resolve_jit_compile(cfg.trainer.jit_compile)
     keras.config.set_dtype_policy(cfg.trainer.precision)
+    logger.info("Keras %s backend, %s, XLA %s", backend.name(), cfg.trainer.precision,
+                "on" if cfg.trainer.jit_compile else "off")
     run = RunDir(run_dir)
     resuming = run.checkpoints.resumable
     # A resume state that does not read stops here, before any data loads, saying what to do.
@@ -54,24 +65,36 @@ def prepare(cfg, run_dir):
     if cfg.trainer.init_from and not resuming:
         init_run, init_weights = init_source(cfg.trainer.init_from, cfg.model)
 
-    corpus = load_corpus(cfg.data)
-    vocabularies = prepare_vocabularies(cfg, corpus, run.tokenizer, init_run)
-    splits = {name: encode_split(name, text, vocabularies, cfg.model.max_length) for name, text in corpus.items()}
-    if not len(splits["train"]):
-        raise KmtError(f"no training pairs left after filtering empty and over-long pairs ({splits['train'].dropped})")
-    train_data, epoch, steps_per_epoch = training_stream(cfg, splits["train"], vocabularies, epochs_done)
+    data, vocabularies = prepared_data(cfg, run, init_run)
+    train = data.split("train")
+    if not len(train):
+        raise KmtError(f"no training pairs left after filtering empty and over-long pairs ({train.dropped})")
+    fixed_shapes = cfg.data.pad_to_bucket or cfg.trainer.jit_compile  # XLA compiles once per shape
+
+    def batcher(split, **options):
+        return Batcher(split, cfg.model.max_length, cfg.data.max_tokens, cfg.data.batch_size, cfg.data.bucket_width,
+                       fixed_shapes, **options)
+
+    train_batches = batcher(train, seed=cfg.seed, sampling=subword_sampling(cfg, train, vocabularies))
+    accumulation = cfg.optim.gradient_accumulation_steps
+    # A whole number of updates an epoch, so epochs (checkpoints, the resume state) never end mid-accumulation; the
+    # stream repeats, so the few batches this leaves out start the next epoch.
+    steps_per_epoch = max(1, train_batches.steps_per_pass // accumulation) * accumulation
     if cfg.data.subword_sampling:
         logger.info(
             "subword sampling (alpha %g): a pass draws %.1f%% more target tokens than the best segmentation",
-            cfg.data.subword_sampling, 100 * (epoch.target_tokens / splits["train"].target_tokens - 1),
+            cfg.data.subword_sampling, 100 * (train_batches.epoch_rows.target_tokens / train.target_tokens - 1),
         )
     if epochs_done:
         logger.info("resuming the training stream after the %d batches of epochs 1-%d (passing over them first)",
                     epochs_done * steps_per_epoch, epochs_done)
-    batching = dict(max_length=cfg.model.max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size,
-                    bucket_width=cfg.data.bucket_width, pad_to_bucket=cfg.data.pad_to_bucket)
+    train_data = keras_data(train_batches, skip=epochs_done * steps_per_epoch)
 
-    accumulation = cfg.optim.gradient_accumulation_steps
+    def evaluation_data(name):
+        one = batcher(data.split(name))
+        return keras_data(one, items=one.one_pass())
+
+    texts = {name: data.split(name).text() for name in ("val", "test") if name in data.names}
     updates_per_epoch = steps_per_epoch // accumulation
     total_steps = cfg.trainer.epochs * updates_per_epoch
     schedule = build_schedule(cfg.optim, cfg.model.hidden_dim, total_steps)
@@ -79,7 +102,7 @@ def prepare(cfg, run_dir):
     model = compile_model(build_model(cfg.model, *sizes), cfg, schedule)
     logger.info(
         "model: %s parameters; %d training pairs, %d steps an epoch%s", f"{model.count_params():,}",
-        len(splits["train"]), steps_per_epoch,
+        len(train), steps_per_epoch,
         f" ({updates_per_epoch} updates of {accumulation} batches each)" if accumulation > 1 else "",
     )
     if init_weights is not None:
@@ -87,51 +110,46 @@ def prepare(cfg, run_dir):
     log_schedule(schedule, total_steps)
     # Decoding and the export run in float32 whatever the training precision (see build_model).
     decoder = model if cfg.trainer.precision == "float32" else build_model(cfg.model, *sizes, "float32")
-    return Prepared(run, corpus, vocabularies, splits, epoch, train_data, make_dataset(splits["val"], **batching),
-                    batching, steps_per_epoch, updates_per_epoch, total_steps, schedule, model, decoder)
+    return Prepared(run, data, vocabularies, texts, train_batches.epoch_rows, train_data, evaluation_data("val"),
+                    evaluation_data, steps_per_epoch, updates_per_epoch, total_steps, schedule, model, decoder)
 
 
-def prepare_vocabularies(cfg, corpus, directory, init_run=None):
-    """The run's vocabularies: loaded from `directory` when the run already has them (resume), else copied from
-    `init_run` (fine-tuning: the weights only fit that run's vocabulary), else trained on the training split; saved
-    in `directory`."""
-    if Vocabularies.exists(directory):
-        logger.info("reusing the vocabulary in %s", directory)
-        return Vocabularies.load(directory)
-    if init_run is not None:
-        vocabularies = Vocabularies.load(RunDir(init_run).tokenizer)
-        vocabularies.save(directory)
-        logger.info("using the vocabulary of %s (data.tokenizer is not used)", init_run)
-        return vocabularies
-    options = OmegaConf.to_container(cfg.data.tokenizer)
-    train = corpus["train"]
-    vocabularies = Vocabularies.train(train.source, train.target, joint=cfg.model.shared_embeddings, **options)
-    vocabularies.save(directory)
-    return vocabularies
+def prepared_data(cfg, run, init_run=None):
+    """The run's prepared data and vocabulary. `data=prepared` reads `data.path`; other corpora are prepared into
+    the run's `data/` (kept there, so a resumed run reads them back). The vocabulary is the run's own when it has one
+    (resume), else a fine-tuning source's (`init_run`: the weights fit only its vocabulary), else the data's; it is
+    saved in the run's `tokenizer/`."""
+    own = Vocabularies.load(run.tokenizer) if Vocabularies.exists(run.tokenizer) else None
+    given = own or (Vocabularies.load(RunDir(init_run).tokenizer) if init_run is not None else None)
+    if cfg.data.name == "prepared":
+        data = PreparedData(cfg.data.path)
+        if data.max_length != cfg.model.max_length:
+            raise ConfigError(f"data.path={cfg.data.path} was prepared with model.max_length={data.max_length}; "
+                              f"set model.max_length={data.max_length} (it is {cfg.model.max_length}) or prepare "
+                              "again")
+        if given is not None and not given.same_as(data.vocabularies):
+            whose = "this run's tokenizer/" if own else f"the vocabulary of {init_run} (trainer.init_from)"
+            raise ConfigError(f"data.path={cfg.data.path} holds another vocabulary than {whose}; prepare it with "
+                              f"data.vocabulary={run.tokenizer if own else init_run}")
+        cfg.data.tokenized = bool(data.config().data.get("tokenized", False))  # how its BLEU is computed
+    else:
+        if given is not None and not own:
+            logger.info("using the vocabulary of %s (data.tokenizer is not used)", init_run)
+        data = prepare_data(cfg, run.data, given)
+    if own is None:
+        data.vocabularies.save(run.tokenizer)
+    elif Vocabularies.exists(run.tokenizer):
+        logger.info("reusing the vocabulary in %s", run.tokenizer)
+    return data, data.vocabularies
 
 
-def training_stream(cfg, train, vocabularies, epochs_done=0):
-    """The repeated, shuffled stream of training batches kmt-train fits on: `(dataset, epoch, steps_per_epoch)`.
-
-    `epoch` is what an epoch of the stream holds: `train` itself, or with `data.subword_sampling` a seeded draw of its
-    segmentation (`resample`), since the stream then tokenizes every pass afresh. `steps_per_epoch` (batches, what
-    `model.fit` counts) is a whole number of updates, so epochs (checkpoints, the resume state) never end
-    mid-accumulation; the stream repeats, so the few batches this leaves out start the next epoch. A run resumed
-    after `epochs_done` epochs starts after their batches, on the ones the uninterrupted run would have had next.
-    """
-    max_length, alpha = cfg.model.max_length, cfg.data.subword_sampling
-    epoch, resegment = train, None
-    if alpha:
-        epoch = resample(train, vocabularies, max_length, alpha, cfg.seed)
-        resegment = subword_sampler(vocabularies, alpha, cfg.seed)
-    accumulation = cfg.optim.gradient_accumulation_steps
-    batches = count_batches(epoch, max_length, cfg.data.max_tokens, cfg.data.batch_size, cfg.data.bucket_width,
-                            repeated=True)
-    steps_per_epoch = max(1, batches // accumulation) * accumulation
-    dataset = make_dataset(train, max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size,
-                           bucket_width=cfg.data.bucket_width, pad_to_bucket=cfg.data.pad_to_bucket, shuffle=True,
-                           seed=cfg.seed, repeat=True, resegment=resegment, skip=epochs_done * steps_per_epoch)
-    return dataset, epoch, steps_per_epoch
+def subword_sampling(cfg, train, vocabularies):
+    """The batcher's `sampling` for `data.subword_sampling`: each pass segments the kept pairs' text afresh."""
+    if not cfg.data.subword_sampling:
+        return None
+    text = train.text()
+    return (vocabularies, cfg.data.subword_sampling, [text.source[i] for i in text.kept],
+            [text.target[i] for i in text.kept])
 
 
 def log_schedule(schedule, total_steps):

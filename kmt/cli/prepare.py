@@ -1,0 +1,55 @@
+"""`kmt-prepare`: encode a corpus once into token-id shards that `kmt-train data=prepared data.path=DIR` trains from
+(fairseq-preprocess's job). It composes the same config as kmt-train (`kmt-prepare --help`)."""
+
+import logging
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import hydra  # noqa: E402
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+
+from kmt.cli.configs import config_dir  # noqa: E402
+from kmt.cli.errors import check_overrides, exit_on_user_error  # noqa: E402
+from kmt.config import register_configs  # noqa: E402
+
+logger = logging.getLogger("kmt")
+
+register_configs()
+# Where a preparation goes unless hydra.run.dir says otherwise: beside runs, one directory a corpus and time.
+RUN_DIR = "hydra.run.dir=runs/prepared/${name}/${now:%Y-%m-%d_%H-%M-%S}"
+
+
+@hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")
+def run(cfg):
+    from kmt.config import validate
+    from kmt.data.prepared import prepare_data
+    from kmt.errors import ConfigError
+
+    with exit_on_user_error():
+        validate(cfg)
+        if cfg.data.name == "prepared":
+            raise ConfigError("kmt-prepare reads a corpus: data=prepared is what kmt-train reads its output with")
+        directory = HydraConfig.get().runtime.output_dir
+        data = prepare_data(cfg, directory)
+        meta = data.meta
+        sizes = sum(path.stat().st_size for path in data.directory.iterdir() if path.suffix in (".ids", ".npy"))
+        pairs = ", ".join(f"{name} {entry['pairs']:,}" for name, entry in meta["splits"].items())
+        logger.info("prepared %s pairs in %.1f s: %.1f MiB of ids and index in %s", pairs, meta["seconds"],
+                    sizes / 2**20, directory)
+        logger.info("train from it: kmt-train data=prepared data.path=%s", directory)
+
+
+def main():
+    argv = sys.argv[1:]
+    extra = ["hydra/help=kmt_prepare"]
+    if not any(arg.startswith(("hydra.run.dir=", "++hydra.run.dir=")) for arg in argv):
+        extra.append(RUN_DIR)
+    check_overrides(config_dir(), "config", [*argv, *extra[1:]])
+    sys.argv = [sys.argv[0], *argv, *extra]
+    run()
+
+
+if __name__ == "__main__":
+    main()

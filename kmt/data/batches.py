@@ -1,0 +1,215 @@
+"""The one batcher of every backend: prepared pairs (`kmt.data.shards`) to padded, length-bucketed batches.
+
+Each batch is `({"source": (B, S), "target_in": (B, T)}, target_out (B, T))`, int32 numpy arrays, where `target_in`
+is `[start] + target` (the decoder input, shifted right) and `target_out` is `target + [end]`. Pairs are grouped by
+length (`kmt.data.buckets`) so little compute goes to padding, and a batch holds about `max_tokens` tokens (or
+`batch_size` pairs when `max_tokens` is 0), as fairseq and OpenNMT-tf batch by tokens.
+
+The training stream is plain numpy, deterministic for a seed: every pass over the pairs is a seeded permutation; a
+batch leaves its bucket as soon as the bucket holds its size (leftovers go on into the next pass), then passes through
+a shuffle buffer of 256 batches. So the same seed gives the same batches on every backend, and a resumed run skips to
+an exact position by replaying the plan (indices only, no padding). With subword sampling each pass segments the
+training text afresh with the `sentencepiece` library, seeded by the pass and chunk.
+
+Backends take the batches through their own loader: tf.data under TensorFlow (`tf_dataset`: a generator of ready
+batches, prefetched on tf.data's threads), a `keras.utils.PyDataset` under JAX and PyTorch (`py_dataset`). With
+`fixed_shapes`, every batch of a bucket has the same shape (its rows padded with pad-only rows, its width to the
+bucket's edge), so an XLA-compiled step compiles once per bucket; pad rows and positions are masked out of the loss.
+"""
+
+import itertools
+import threading
+
+import numpy as np
+
+from kmt.data.buckets import batches_per_pass, bucket_lengths, bucket_of, bucket_sizes
+from kmt.data.shards import Rows, fits
+from kmt.special_ids import END_ID, START_ID
+
+SHUFFLE_BATCHES = 256  # batches the training stream's shuffle buffer holds
+SAMPLING_CHUNK = 1024  # sentences segmented by one seeded draw of subword sampling
+
+
+class Batcher:
+    """Batches of one split.
+
+    Args:
+        rows: `kmt.data.shards.Rows` (a prepared `Split`).
+        max_length: int. The longest sequence, after the start or end token.
+        max_tokens: int. Token budget per batch (pairs x padded length); 0 to batch by `batch_size`.
+        batch_size: int. Pairs per batch when `max_tokens` is 0.
+        bucket_width: int. Width of the length buckets (`kmt.data.buckets.bucket_edges`); 0 for fixed edges.
+        fixed_shapes: bool. Pad every batch of a bucket to one shape (see the module's doc).
+        seed: int. The training stream's seed.
+        sampling: `(vocabularies, alpha, source_lines, target_lines)` or None: subword sampling, each pass drawing a
+            segmentation of the kept pairs' text (`source_lines[i]`, `target_lines[i]` for pair i).
+    """
+
+    def __init__(self, rows, max_length, max_tokens=0, batch_size=64, bucket_width=0, fixed_shapes=False, seed=0,
+                 sampling=None):
+        self.rows, self.max_length, self.fixed_shapes, self.seed = rows, max_length, fixed_shapes, seed
+        self.edges, self.sizes = bucket_sizes(max_length, max_tokens, batch_size, bucket_width)
+        self.sampling = sampling
+        self._passes = {}  # pass number -> (Rows, buckets) of a sampled pass still referenced
+        self.epoch_rows, epoch_buckets = self._pass(0)
+        self.steps_per_pass = batches_per_pass(epoch_buckets, self.sizes, repeated=True)
+
+    def buckets(self, rows):
+        return bucket_of(bucket_lengths(rows.source_lengths, rows.target_lengths), self.edges)
+
+    def _pass(self, number):
+        """The rows of the training stream's pass `number` and their buckets: `rows` itself, or with sampling a
+        seeded draw of the text's segmentation, less the pairs that it makes too long."""
+        if self.sampling is None:
+            if not self._passes:
+                self._passes[0] = self.rows, self.buckets(self.rows)
+            return self._passes[0]
+        if number not in self._passes:
+            rows = sample_rows(*self.sampling, self.max_length, (self.seed, number))
+            self._passes = {n: v for n, v in self._passes.items() if n >= number - 1}  # what batches may still hold
+            self._passes[number] = rows, self.buckets(rows)
+        return self._passes[number]
+
+    def plan(self):
+        """The repeated training stream's batches, forever: `(rows, bucket, indices)`, pairs `indices` of `rows`."""
+        rng = np.random.default_rng(self.seed)
+        pending, buffer = {}, []
+        for number in itertools.count():
+            rows, buckets = self._pass(number)
+            for i in rng.permutation(len(rows)):
+                bucket = buckets[i]
+                members = pending.setdefault(bucket, [])
+                members.append(i)
+                if len(members) == self.sizes[bucket]:
+                    buffer.append((rows, bucket, pending.pop(bucket)))
+                    if len(buffer) == SHUFFLE_BATCHES:
+                        j = rng.integers(len(buffer))
+                        buffer[j], buffer[-1] = buffer[-1], buffer[j]
+                        yield buffer.pop()
+
+    def stream(self, skip=0):
+        """The padded batches of `plan()`, after its first `skip` (a resumed run's finished epochs)."""
+        return (self.pad(*item) for item in itertools.islice(self.plan(), skip, None))
+
+    def one_pass(self):
+        """Every pair once, bucket by bucket, each bucket ending with a partial batch (evaluation): a list of plans."""
+        buckets = self.buckets(self.rows)
+        items = []
+        for bucket in np.unique(buckets):
+            members = np.flatnonzero(buckets == bucket)
+            size = self.sizes[bucket]
+            items += [(self.rows, bucket, members[k : k + size]) for k in range(0, len(members), size)]
+        return items
+
+    def pad(self, rows, bucket, indices):
+        """The batch of pairs `indices` of `rows` in `bucket`, padded with 0."""
+        pairs = [rows.pair(i) for i in indices]
+        if self.fixed_shapes:
+            count = self.sizes[bucket]
+            source_width = target_width = min(self.edges[bucket], self.max_length + 1) - 1
+        else:
+            count = len(pairs)
+            source_width = max(len(s) for s, _ in pairs)
+            target_width = max(len(t) for _, t in pairs) + 1
+        source = np.zeros((count, source_width), np.int32)
+        target_in = np.zeros((count, target_width), np.int32)
+        target_out = np.zeros((count, target_width), np.int32)
+        for row, (s, t) in enumerate(pairs):
+            source[row, : len(s)] = s
+            target_in[row, 0] = START_ID
+            target_in[row, 1 : len(t) + 1] = t
+            target_out[row, : len(t)] = t
+            target_out[row, len(t)] = END_ID
+        return {"source": source, "target_in": target_in}, target_out
+
+
+def sample_rows(vocabularies, alpha, source_lines, target_lines, max_length, seed):
+    """One seeded draw of subword sampling over the text of every pair (`Tokenizer.draw`, `SAMPLING_CHUNK` sentences
+    a draw, each seeded from `seed` and its chunk), less the pairs it makes longer than `max_length`: `Rows`."""
+    sides = []
+    for side, (tokenizer, lines) in enumerate(((vocabularies.source, source_lines),
+                                               (vocabularies.target, target_lines))):
+        values, lengths = [], []
+        for chunk, start in enumerate(range(0, len(lines), SAMPLING_CHUNK)):
+            state = np.random.SeedSequence([*seed, chunk, side]).generate_state(1)[0]
+            ids, counts = tokenizer.draw(lines[start : start + SAMPLING_CHUNK], alpha, int(state))
+            values.append(ids)
+            lengths.append(counts)
+        sides.append((np.concatenate(values or [np.zeros(0, np.int32)]),
+                      np.concatenate(lengths or [np.zeros(0, np.int64)])))
+    (source, source_lengths), (target, target_lengths) = sides
+    keep = fits(source_lengths, target_lengths, max_length)
+    source, target = source[np.repeat(keep, source_lengths)], target[np.repeat(keep, target_lengths)]
+    offsets = np.zeros((int(keep.sum()) + 1, 2), np.int64)
+    offsets[1:, 0] = np.cumsum(source_lengths[keep])
+    offsets[1:, 1] = np.cumsum(target_lengths[keep])
+    rows = Rows(source.astype(np.int32), target.astype(np.int32), offsets)
+    rows.dropped = int(np.sum(~keep))
+    return rows
+
+
+# -------------------------------------------------------------------------------------------------- the loaders
+
+def tf_dataset(batches, count=None):
+    """A tf.data dataset of the padded batches the iterable `batches` yields (call it with a zero-argument function
+    returning a fresh iterator, so each iteration starts over), prefetched on tf.data's threads; `count` batches when
+    known (Keras then shows progress)."""
+    import tensorflow as tf
+
+    from kmt.data.pipeline import without_autotune
+
+    spec = tf.TensorSpec([None, None], tf.int32)
+    dataset = tf.data.Dataset.from_generator(
+        batches, output_signature=({"source": spec, "target_in": spec}, spec)
+    )
+    if count is not None:
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(count))
+    return dataset.prefetch(tf.data.AUTOTUNE).with_options(without_autotune())
+
+
+def py_dataset(batcher, items=None, skip=0, workers=2):
+    """A `keras.utils.PyDataset` of `batcher`'s batches: the finite list of plan `items` (evaluation), or the
+    training stream after `skip` batches. Keras asks for batch i of the stream (counted from the start of `fit`, across
+    epochs); plans are made in order under a lock and padded on Keras's `workers` threads."""
+    import keras
+
+    class Batches(keras.utils.PyDataset):
+        def __init__(self):
+            super().__init__(workers=workers, use_multiprocessing=False, max_queue_size=16)
+            self._lock = threading.Lock()
+            self._plan, self._made, self._waiting = None, 0, {}
+
+        @property
+        def num_batches(self):
+            return None if items is None else len(items)
+
+        def __len__(self):
+            return self.num_batches
+
+        def __getitem__(self, index):
+            if items is not None:
+                return batcher.pad(*items[index])
+            with self._lock:
+                if self._plan is None or (index < self._made and index not in self._waiting):
+                    self._plan = itertools.islice(batcher.plan(), skip + index, None)  # a new iteration
+                    self._made, self._waiting = index, {}
+                while index not in self._waiting:
+                    self._waiting[self._made] = next(self._plan)
+                    self._made += 1
+                item = self._waiting.pop(index)
+            return batcher.pad(*item)
+
+    return Batches()
+
+
+def keras_data(batcher, items=None, skip=0):
+    """What `model.fit` and `model.evaluate` take under the current Keras backend: `tf_dataset` under TensorFlow,
+    `py_dataset` under JAX and PyTorch. `items` (from `one_pass`) for a finite pass, else the training stream after
+    `skip` batches."""
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        return py_dataset(batcher, items, skip)
+    if items is not None:
+        return tf_dataset(lambda: (batcher.pad(*item) for item in items), len(items))
+    return tf_dataset(lambda: batcher.stream(skip))

@@ -1,0 +1,97 @@
+"""A config's corpus to a prepared directory (`kmt.data.shards`): what `kmt-prepare` runs, and `kmt-train` on raw
+text inside its run directory. Needs no TensorFlow."""
+
+import itertools
+import logging
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from kmt.data import load_corpus
+from kmt.data.shards import PreparedData, write_prepared
+from kmt.data.sources import ParallelText, StreamedParallel
+from kmt.errors import ConfigError, DataError
+from kmt.tokenizer import Vocabularies
+
+logger = logging.getLogger(__name__)
+
+
+def corpus_streams(data_cfg):
+    """`{split: pairs}` for `data_cfg`: files of `data=parallel` are read as they are iterated (a corpus larger than
+    memory prepares), the other corpora load whole; `data.limit` keeps the first pairs of each split."""
+    if data_cfg.name == "parallel":
+        corpus = {split: StreamedParallel(files.source, files.target)
+                  for split, files in (("train", data_cfg.train), ("val", data_cfg.val), ("test", data_cfg.test))
+                  if files.source or files.target or split != "test"}
+    else:
+        corpus = load_corpus(data_cfg)
+    if data_cfg.limit:
+        corpus = {name: Limited(text, data_cfg.limit) for name, text in corpus.items()}
+    return corpus
+
+
+class Limited:
+    """The first `limit` pairs of a corpus split, re-iterable (`data.limit`)."""
+
+    def __init__(self, text, limit):
+        if isinstance(text, ParallelText):
+            text = ParallelText(text.source[:limit], text.target[:limit], text.source_path, text.target_path)
+        self.text, self.limit = text, limit
+        self.source = Sliced(text.source, limit)
+        self.target = Sliced(text.target, limit)
+
+    def __iter__(self):
+        return itertools.islice(pairs_of(self.text), self.limit)
+
+
+class Sliced:
+    def __init__(self, iterable, limit):
+        self.iterable, self.limit = iterable, limit
+
+    def __iter__(self):
+        return itertools.islice(iter(self.iterable), self.limit)
+
+
+def pairs_of(text):
+    """The `(source, target)` pairs of a `ParallelText` or a `StreamedParallel`."""
+    return zip(text.source, text.target) if isinstance(text, ParallelText) else iter(text)
+
+
+def vocabulary_from(path):
+    """The vocabularies in `path`: a tokenizer directory, or a run or prepared directory holding `tokenizer/`."""
+    path = Path(path)
+    for directory in (path, path / "tokenizer"):
+        if Vocabularies.exists(directory):
+            return Vocabularies.load(directory)
+    raise ConfigError(f"data.vocabulary={path}: no vocabulary there (no joint.model or source.model in it or in its "
+                      "tokenizer/)")
+
+
+def prepare_data(cfg, directory, vocabularies=None):
+    """Prepares `cfg`'s corpus into `directory` and returns it read (`PreparedData`); a directory already complete is
+    reused as it is. The vocabulary is, in order: `directory/tokenizer` (a preparation interrupted after training
+    it), `vocabularies` (a fine-tuning run's source), `data.vocabulary`, else trained on the training split."""
+    directory = Path(directory)
+    if (directory / "meta.json").is_file():
+        prepared = PreparedData(directory)
+        if prepared.max_length != cfg.model.max_length:
+            raise DataError(f"{directory} was prepared for model.max_length={prepared.max_length}, not "
+                            f"{cfg.model.max_length}; remove it to prepare again")
+        return prepared
+    corpus = corpus_streams(cfg.data)
+    if Vocabularies.exists(directory / "tokenizer"):
+        vocabularies = Vocabularies.load(directory / "tokenizer")
+    elif vocabularies is None and cfg.data.vocabulary:
+        vocabularies = vocabulary_from(cfg.data.vocabulary)
+        logger.info("using the vocabulary of %s", cfg.data.vocabulary)
+    if vocabularies is None:
+        options = OmegaConf.to_container(cfg.data.tokenizer)
+        train = corpus["train"]
+        vocabularies = Vocabularies.train(train.source, train.target, joint=cfg.model.shared_embeddings, **options)
+    elif vocabularies.joint != cfg.model.shared_embeddings:
+        raise ConfigError(f"model.shared_embeddings={cfg.model.shared_embeddings} needs "
+                          f"{'one joint vocabulary' if cfg.model.shared_embeddings else 'a vocabulary per side'}, "
+                          "and the vocabulary given is not")
+    splits = {name: pairs_of(text) for name, text in corpus.items()}
+    write_prepared(directory, splits, vocabularies, cfg.model.max_length, OmegaConf.to_yaml(cfg, resolve=True))
+    return PreparedData(directory)

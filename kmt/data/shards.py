@@ -1,0 +1,241 @@
+"""Prepared data: every split of a corpus encoded once into compact token-id shards (fairseq-preprocess's job).
+
+A prepared directory (made by `kmt-prepare`, or by `kmt-train` inside its run directory) holds:
+
+    meta.json                    format, max_length, vocabulary sizes, the id dtype, and per split the pairs read,
+                                 kept and dropped (and why), and the tokens of each side; written last
+    config.yaml                  the composed config it was prepared with
+    tokenizer/                   the SentencePiece vocabulary (`kmt.tokenizer.Vocabularies`)
+    <split>.source.ids           the kept pairs' source ids, end to end, uint16 (int32 for vocabularies of more
+    <split>.target.ids           than 65,536 pieces); no start or end tokens
+    <split>.index.npy            int64 (N + 1, 2): where each kept pair's source and target ids start
+    <split>.lines.npy            int64 (N,): the line of the split each kept pair came from
+    <split>.source.txt           every line of the split as read (kept or not: BLEU translates every source line,
+    <split>.target.txt           and subword sampling segments the kept ones afresh)
+
+The ids are memory-mapped when read, so a corpus larger than memory trains; writing streams over the text in chunks,
+so preparing one is not bounded by memory either. Ids come from the `sentencepiece` library (`Tokenizer.encode`): no
+TensorFlow is needed to prepare or to read.
+"""
+
+import itertools
+import json
+import logging
+import time
+from array import array
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from kmt.errors import DataError
+from kmt.run_dir import write_atomically
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "kmt-prepared/1"
+CHUNK = 8192  # pairs encoded at a time
+SIDES = ("source", "target")
+
+
+def fits(source_length, target_length, max_length):
+    """Whether a pair fits `max_length`: the target needs one more position, for the start (or end) token. For
+    numpy arrays of lengths and for ints alike."""
+    return (source_length <= max_length) & (target_length <= max_length - 1)
+
+
+def write_split(directory, name, pairs, vocabularies, max_length):
+    """Encodes the `(source, target)` string pairs of the iterable `pairs` into `directory`'s files for split `name`,
+    dropping pairs that are empty or longer than `max_length` on a side; returns the split's entry of `meta.json`."""
+    directory = Path(directory)
+    dtype = id_dtype(vocabularies)
+    offsets, lines = array("q", [0, 0]), array("q")
+    read, dropped, tokens = 0, {"empty": 0, "too_long": 0}, [0, 0]
+    files = {side: open(directory / f"{name}.{side}.ids", "wb") for side in SIDES}
+    texts = {side: open(directory / f"{name}.{side}.txt", "w", encoding="utf-8", newline="\n") for side in SIDES}
+    try:
+        pairs = iter(pairs)
+        while chunk := list(itertools.islice(pairs, CHUNK)):
+            sources, targets = [s for s, _ in chunk], [t for _, t in chunk]
+            for side, text in zip(SIDES, (sources, targets)):
+                texts[side].write("".join(f"{line}\n" for line in text))
+            source_ids, target_ids = vocabularies.source.encode(sources), vocabularies.target.encode(targets)
+            kept = {side: [] for side in SIDES}
+            for k, (s, t, s_ids, t_ids) in enumerate(zip(sources, targets, source_ids, target_ids)):
+                if not s.strip() or not t.strip():
+                    dropped["empty"] += 1
+                elif not fits(len(s_ids), len(t_ids), max_length):
+                    dropped["too_long"] += 1
+                else:
+                    kept["source"].append(s_ids)
+                    kept["target"].append(t_ids)
+                    lines.append(read + k)
+                    tokens[0] += len(s_ids)
+                    tokens[1] += len(t_ids)
+                    offsets.extend((tokens[0], tokens[1]))
+            for side in SIDES:
+                if kept[side]:
+                    np.concatenate(kept[side]).astype(dtype).tofile(files[side])
+            read += len(chunk)
+    finally:
+        for handle in (*files.values(), *texts.values()):
+            handle.close()
+    np.save(directory / f"{name}.index.npy", np.frombuffer(offsets, np.int64).reshape(-1, 2))
+    np.save(directory / f"{name}.lines.npy", np.frombuffer(lines, np.int64))
+    kept_pairs = len(lines)
+    if any(dropped.values()):
+        logger.info("%s: kept %d of %d pairs (dropped %d empty, %d longer than %d tokens)",
+                    name, kept_pairs, read, dropped["empty"], dropped["too_long"], max_length)
+    else:
+        logger.info("%s: %d pairs", name, read)
+    return {"pairs": kept_pairs, "read": read, "dropped": dropped, "source_tokens": tokens[0],
+            "target_tokens": tokens[1]}
+
+
+def id_dtype(vocabularies):
+    """uint16 where every id fits (half the bytes), else int32."""
+    largest = max(vocabularies.source.vocab_size, vocabularies.target.vocab_size)
+    return np.dtype(np.uint16 if largest <= 2**16 else np.int32)
+
+
+def write_prepared(directory, splits, vocabularies, max_length, config_yaml):
+    """Writes a prepared directory: `splits` maps split names to iterables of `(source, target)` string pairs, each
+    encoded with `vocabularies` (saved into `directory/tokenizer` unless there already) and filtered to
+    `max_length`. `meta.json` is written last, atomically: a directory without it is incomplete."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    from kmt.tokenizer import Vocabularies
+
+    if not Vocabularies.exists(directory / "tokenizer"):
+        vocabularies.save(directory / "tokenizer")
+    write_atomically(directory / "config.yaml", config_yaml)
+    entries = {name: write_split(directory, name, pairs, vocabularies, max_length) for name, pairs in splits.items()}
+    meta = {
+        "format": FORMAT,
+        "max_length": max_length,
+        "joint": vocabularies.joint,
+        "vocab_size": {"source": vocabularies.source.vocab_size, "target": vocabularies.target.vocab_size},
+        "id_dtype": id_dtype(vocabularies).name,
+        "splits": entries,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    write_atomically(directory / "meta.json", json.dumps(meta, indent=2) + "\n")
+    return meta
+
+
+class PreparedData:
+    """A prepared directory, read: `PreparedData(path).split("train")`.
+
+    Raises `DataError` naming the directory when it is not a complete prepared directory.
+    """
+
+    def __init__(self, directory):
+        self.directory = Path(directory)
+        path = self.directory / "meta.json"
+        if not path.is_file():
+            what = "does not exist" if not self.directory.exists() else "has no meta.json (an unfinished or other " \
+                                                                         "directory)"
+            raise DataError(f"{self.directory} is not prepared data: it {what}; make it with kmt-prepare")
+        try:
+            self.meta = json.loads(path.read_text())
+        except ValueError as error:
+            raise DataError(f"{path} is damaged ({error}); prepare the data again") from None
+        if self.meta.get("format") != FORMAT:
+            raise DataError(f"{path}: format {self.meta.get('format')!r}, kmt reads {FORMAT!r}; prepare it again")
+
+    @property
+    def max_length(self):
+        return self.meta["max_length"]
+
+    @property
+    def names(self):
+        return list(self.meta["splits"])
+
+    @cached_property
+    def vocabularies(self):
+        from kmt.tokenizer import Vocabularies
+
+        return Vocabularies.load(self.directory / "tokenizer")
+
+    def config(self):
+        from omegaconf import OmegaConf
+
+        return OmegaConf.load(self.directory / "config.yaml")
+
+    def split(self, name):
+        if name not in self.meta["splits"]:
+            raise DataError(f"{self.directory} has no {name} split (it has {', '.join(self.names)})")
+        return Split(self.directory, name, self.meta["splits"][name], np.dtype(self.meta["id_dtype"]))
+
+
+class Rows:
+    """Pairs of token-id rows, stored flat: `source[i]`, `target[i]` are numpy arrays of pair i's ids."""
+
+    def __init__(self, source, target, offsets):
+        self.source_ids, self.target_ids, self.offsets = source, target, offsets  # offsets: (N + 1, 2)
+
+    def __len__(self):
+        return len(self.offsets) - 1
+
+    @cached_property
+    def source_lengths(self):
+        return np.diff(self.offsets[:, 0])
+
+    @cached_property
+    def target_lengths(self):
+        return np.diff(self.offsets[:, 1])
+
+    def pair(self, i):
+        (s0, t0), (s1, t1) = self.offsets[i], self.offsets[i + 1]
+        return self.source_ids[s0:s1], self.target_ids[t0:t1]
+
+    @property
+    def target_tokens(self):
+        """Target tokens the loss sees per pass (each sentence's tokens plus its end token)."""
+        return int(self.offsets[-1, 1]) + len(self)
+
+
+@dataclass
+class Text:
+    """The lines of a split as read (`source`, `target`: lists of str) and which were kept (`kept`: line numbers)."""
+
+    source: list
+    target: list
+    kept: np.ndarray
+
+    def __len__(self):
+        return len(self.source)
+
+
+class Split(Rows):
+    """One split of a prepared directory: its kept pairs' ids (memory-mapped), their lines, and `text()`."""
+
+    def __init__(self, directory, name, entry, dtype):
+        self.name, self.entry, self._directory = name, entry, Path(directory)
+        ids = {side: _memmap(self._directory / f"{name}.{side}.ids", dtype) for side in SIDES}
+        offsets = np.load(self._directory / f"{name}.index.npy", mmap_mode="r")
+        super().__init__(ids["source"], ids["target"], offsets)
+        if len(self) != entry["pairs"] or len(ids["source"]) != offsets[-1, 0] or len(ids["target"]) != offsets[-1, 1]:
+            raise DataError(f"{self._directory}: the {name} split's files disagree with meta.json; prepare it again")
+
+    @property
+    def dropped(self):
+        return self.entry["dropped"]
+
+    def text(self):
+        """Every line of the split as read, and which lines the kept pairs are (`Text`)."""
+        source, target = (_read_lines(self._directory / f"{self.name}.{side}.txt") for side in SIDES)
+        return Text(source, target, np.load(self._directory / f"{self.name}.lines.npy"))
+
+
+def _memmap(path, dtype):
+    if path.stat().st_size == 0:  # numpy cannot map an empty file
+        return np.zeros(0, dtype)
+    return np.memmap(path, dtype=dtype, mode="r")
+
+
+def _read_lines(path):
+    with open(path, encoding="utf-8", newline="\n") as handle:
+        return [line[:-1] if line.endswith("\n") else line for line in handle]
