@@ -282,9 +282,9 @@ class StreamedParallel:
         source, target = stream_lines(self.source_path), stream_lines(self.target_path)
         for count, pair in enumerate(itertools.zip_longest(source, target), start=1):
             if None in pair:
-                longer, shorter = (self.source_path, self.target_path) if pair[1] is None else \
-                    (self.target_path, self.source_path)
-                raise DataError(f"{longer} has more lines than {shorter} ({shorter} ends after line {count - 1}); "
+                rest = 1 + sum(1 for _ in (source if pair[1] is None else target))
+                lines = (count - 1 + rest, count - 1) if pair[1] is None else (count - 1, count - 1 + rest)
+                raise DataError(f"{self.source_path} has {lines[0]} lines but {self.target_path} has {lines[1]}; "
                                 "parallel files must line up one to one")
             yield pair
 

@@ -78,13 +78,18 @@ def export(cfg, prepared, run):
     average = ["--average", str(cfg.trainer.average_last)] if cfg.trainer.average_last > 1 else []
     command = ["kmt-export", str(run.root), *average]
     if importlib.util.find_spec("tensorflow") is not None:
+        # On the CPU: the accelerator stays with this process, and TensorFlow might find another stack's CUDA.
+        environment = os.environ | {"KERAS_BACKEND": "tensorflow", "CUDA_VISIBLE_DEVICES": ""}
         result = subprocess.run([sys.executable, "-m", "kmt.cli.export", str(run.root), *average],
-                                env=os.environ | {"KERAS_BACKEND": "tensorflow"}, capture_output=True, text=True)
+                                env=environment, capture_output=True, text=True)
         if result.returncode == 0:
             logger.info("exported the SavedModel to %s (kmt-export, under TensorFlow)", run.export)
             return sum(path.stat().st_size for path in run.export.rglob("*") if path.is_file())
-        logger.debug("kmt-export failed: %s", result.stderr)
-    logger.warning("no SavedModel: it needs TensorFlow, which cannot be imported here; run `%s` where TensorFlow is "
+        lines = result.stderr.strip().splitlines()
+        logger.warning("no SavedModel: `%s` under TensorFlow failed (%s); run it where TensorFlow works",
+                       " ".join(command), lines[-1] if lines else f"exit status {result.returncode}")
+        return None
+    logger.warning("no SavedModel: it needs TensorFlow, which is not installed here; run `%s` where TensorFlow is "
                    "installed to make it", " ".join(command))
     return None
 

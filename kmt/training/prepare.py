@@ -131,7 +131,7 @@ def prepared_data(cfg, run, init_run=None):
             whose = "this run's tokenizer/" if own else f"the vocabulary of {init_run} (trainer.init_from)"
             raise ConfigError(f"data.path={cfg.data.path} holds another vocabulary than {whose}; prepare it with "
                               f"data.vocabulary={run.tokenizer if own else init_run}")
-        cfg.data.tokenized = bool(data.config().data.get("tokenized", False))  # how its BLEU is computed
+        inherit_data_settings(cfg, data.config().data)
     else:
         if given is not None and not own:
             logger.info("using the vocabulary of %s (data.tokenizer is not used)", init_run)
@@ -141,6 +141,24 @@ def prepared_data(cfg, run, init_run=None):
     elif Vocabularies.exists(run.tokenizer):
         logger.info("reusing the vocabulary in %s", run.tokenizer)
     return data, data.vocabularies
+
+
+# What a prepared directory's own config decides about its data, unless the command line sets it again.
+DATA_SETTINGS = ("tokenized", "max_tokens", "batch_size", "bucket_width", "pad_to_bucket", "subword_sampling")
+
+
+def inherit_data_settings(cfg, prepared_data_cfg):
+    """`data=prepared` replaces the corpus's data option (`data/multi30k.yaml`), so its batching values would fall
+    back to the schema's: they come from the config the data was prepared with instead, unless given on the command
+    line (`data.max_tokens=...`). `data.tokenized` (how BLEU is computed) always comes from there."""
+    from hydra.core.hydra_config import HydraConfig
+
+    given = set()
+    if HydraConfig.initialized():
+        given = {override.split("=", 1)[0].lstrip("+~") for override in HydraConfig.get().overrides.task}
+    for key in DATA_SETTINGS:
+        if key in prepared_data_cfg and (key == "tokenized" or f"data.{key}" not in given):
+            cfg.data[key] = prepared_data_cfg[key]
 
 
 def subword_sampling(cfg, train, vocabularies):
