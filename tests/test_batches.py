@@ -183,3 +183,19 @@ def test_the_same_seed_gives_the_same_batches_under_jax(varied, tmp_path):
                             env=os.environ | {"KERAS_BACKEND": "jax"}, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert [list(map(list, batch)) for batch in json.loads(result.stdout)] == [list(b) for b in expected]
+
+
+def test_sampled_passes_keep_each_pair_in_the_bucket_of_its_own_draw(varied, vocabularies, monkeypatch):
+    """A bucket's leftovers of one pass join the next pass's pairs, which another draw segmented: each pair is read
+    from the draw it was bucketed by, so it fits its batch's fixed shape."""
+    monkeypatch.setattr(batches_module, "SAMPLING_CHUNK", 16)
+    sampling = (vocabularies, 0.1, [s for s, _ in varied.pairs], [t for _, t in varied.pairs])
+    batcher = Batcher(varied, 16, 64, seed=0, fixed_shapes=True, sampling=sampling)
+    edges = [0, *batcher.edges]
+    for _, (features, target_out) in zip(range(80), batcher.stream()):
+        width = features["source"].shape[1]
+        bucket = next(b for b, edge in enumerate(batcher.edges) if edge - 1 == width)
+        for source, target in zip(features["source"], target_out):
+            if source.any():
+                length = max(int((source != 0).sum()), int((target != 0).sum()))  # target_out has the end token
+                assert edges[bucket] <= length < edges[bucket + 1]

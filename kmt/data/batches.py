@@ -50,7 +50,7 @@ class Batcher:
         self.rows, self.max_length, self.fixed_shapes, self.seed = rows, max_length, fixed_shapes, seed
         self.edges, self.sizes = bucket_sizes(max_length, max_tokens, batch_size, bucket_width)
         self.sampling = sampling
-        self._passes = {}  # pass number -> (Rows, buckets) of a sampled pass still referenced
+        self._passes = {}  # pass number -> (Rows, buckets): the first pass, and with sampling the latest
         self.epoch_rows, epoch_buckets = self._pass(0)
         self.steps_per_pass = batches_per_pass(epoch_buckets, self.sizes, repeated=True)
 
@@ -66,12 +66,13 @@ class Batcher:
             return self._passes[0]
         if number not in self._passes:
             rows = sample_rows(*self.sampling, self.max_length, (self.seed, number))
-            self._passes = {n: v for n, v in self._passes.items() if n >= number - 1}  # what batches may still hold
+            self._passes = {n: v for n, v in self._passes.items() if n == 0}  # the first sizes an epoch
             self._passes[number] = rows, self.buckets(rows)
         return self._passes[number]
 
     def plan(self):
-        """The repeated training stream's batches, forever: `(rows, bucket, indices)`, pairs `indices` of `rows`."""
+        """The repeated training stream's batches, forever: `(bucket, members)`, `members` a list of `(rows, i)`, pair
+        i of `rows` (a bucket's leftovers of one pass, with sampling drawn from other rows, join the next pass's)."""
         rng = np.random.default_rng(self.seed)
         pending, buffer = {}, []
         for number in itertools.count():
@@ -79,9 +80,9 @@ class Batcher:
             for i in rng.permutation(len(rows)):
                 bucket = buckets[i]
                 members = pending.setdefault(bucket, [])
-                members.append(i)
+                members.append((rows, i))
                 if len(members) == self.sizes[bucket]:
-                    buffer.append((rows, bucket, pending.pop(bucket)))
+                    buffer.append((bucket, pending.pop(bucket)))
                     if len(buffer) == SHUFFLE_BATCHES:
                         j = rng.integers(len(buffer))
                         buffer[j], buffer[-1] = buffer[-1], buffer[j]
@@ -98,12 +99,12 @@ class Batcher:
         for bucket in np.unique(buckets):
             members = np.flatnonzero(buckets == bucket)
             size = self.sizes[bucket]
-            items += [(self.rows, bucket, members[k : k + size]) for k in range(0, len(members), size)]
+            items += [(bucket, [(self.rows, i) for i in members[k : k + size]]) for k in range(0, len(members), size)]
         return items
 
-    def pad(self, rows, bucket, indices):
-        """The batch of pairs `indices` of `rows` in `bucket`, padded with 0."""
-        pairs = [rows.pair(i) for i in indices]
+    def pad(self, bucket, members):
+        """The batch of `members` (`(rows, i)`: pair i of `rows`) in `bucket`, padded with 0."""
+        pairs = [rows.pair(i) for rows, i in members]
         if self.fixed_shapes:
             count = self.sizes[bucket]
             source_width = target_width = min(self.edges[bucket], self.max_length + 1) - 1

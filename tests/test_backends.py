@@ -1,0 +1,126 @@
+"""kmt-train on every Keras backend from one prepared directory: JAX without TensorFlow, PyTorch where it is
+installed, and the same val loss as TensorFlow from the same data and seed."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kmt.training import train
+from tests.helpers import compose_config, run_cli
+
+# A `tensorflow` package that cannot be imported: it writes the id of each process that tries, then refuses.
+FAKE_TENSORFLOW = """import os
+with open(os.environ["KMT_TEST_TF_ATTEMPTS"], "a") as attempts:
+    attempts.write(f"{os.getpid()}\\n")
+raise ImportError("no TensorFlow on this machine (a test's stand-in)")
+"""
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("prepared") / "smoke"
+    result = run_cli("prepare", "debug=smoke", f"hydra.run.dir={directory}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return directory
+
+
+def train_under(backend, *overrides, env=None, cwd=None):
+    """`python -m kmt.cli.train debug=smoke overrides...` under `backend`: `(process, stdout, stderr)`."""
+    environment = os.environ | {"KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"} | (env or {})
+    process = subprocess.Popen([sys.executable, "-m", "kmt.cli.train", "debug=smoke", *overrides], cwd=cwd,
+                               env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = process.communicate(timeout=600)
+    return process, stdout, stderr
+
+
+def history(run_dir):
+    with open(run_dir / "logs" / "history.csv") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.fixture(scope="module")
+def jax_run(prepared, tmp_path_factory):
+    """Two epochs under JAX where `import tensorflow` fails: `(run_dir, pid of the training process, pids that tried
+    to import TensorFlow)`."""
+    root = tmp_path_factory.mktemp("jax")
+    fake = root / "fake"
+    (fake / "tensorflow").mkdir(parents=True)
+    (fake / "tensorflow" / "__init__.py").write_text(FAKE_TENSORFLOW)
+    attempts = root / "attempts.txt"
+    attempts.touch()
+    run_dir = root / "run"
+    process, _, stderr = train_under(
+        "jax", "data=prepared", f"data.path={prepared}", "trainer.epochs=2", "trainer.average_last=2",
+        f"hydra.run.dir={run_dir}", env={"PYTHONPATH": f"{fake}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+                                         "KMT_TEST_TF_ATTEMPTS": str(attempts)})
+    assert process.returncode == 0, stderr[-3000:]
+    return run_dir, process.pid, set(attempts.read_text().split()), stderr
+
+
+def test_a_jax_run_from_prepared_data_trains_scores_and_never_imports_tensorflow(jax_run):
+    run_dir, pid, tried, stderr = jax_run
+    assert str(pid) not in tried  # the training process never asked for TensorFlow
+    assert tried  # the export's own process did, and was refused: so the stand-in works
+    assert [row["epoch"] for row in history(run_dir)] == ["0", "1"]  # Keras counts epochs from 0
+    checkpoints = run_dir / "checkpoints"
+    assert {"epoch_001.weights.h5", "epoch_002.weights.h5", "average_last2.weights.h5"} <= {
+        path.name for path in checkpoints.iterdir()}
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert {"loss", "bleu", "chrf"} <= set(metrics["val"]) and "test" in metrics
+    assert metrics["train"]["averaged_checkpoints"] == 2 and "export" not in metrics
+    assert (run_dir / "model.keras").is_file() and (run_dir / "tokenizer" / "joint.model").is_file()
+    assert not (run_dir / "export").exists()
+    assert f"kmt-export {run_dir} --average 2" in (run_dir / "train.log").read_text()  # what to run where TF is
+
+
+def test_kmt_export_makes_the_saved_model_of_a_jax_run_where_tensorflow_is(jax_run, tmp_path):
+    run_dir = jax_run[0]
+    result = run_cli("export", run_dir, "--average", "2", "--output", tmp_path / "export")
+    assert result.returncode == 0, result.stderr[-3000:]
+    translated = run_cli("translate", tmp_path / "export", input="march 3, 2021\n12/25/1999\n")
+    assert translated.returncode == 0, translated.stderr[-3000:]
+    assert len(translated.stdout.splitlines()) == 2
+
+
+def test_a_jax_run_resumed_after_an_epoch_ends_with_the_uninterrupted_runs_losses(prepared, jax_run, tmp_path):
+    run_dir = tmp_path / "run"
+    common = ["data=prepared", f"data.path={prepared}", "trainer.average_last=2", f"hydra.run.dir={run_dir}",
+              "trainer.export=false"]
+    for epochs in (1, 2):  # the second command resumes the first's run after its epoch
+        process, _, stderr = train_under("jax", *common, f"trainer.epochs={epochs}")
+        assert process.returncode == 0, stderr[-3000:]
+    resumed, whole = history(run_dir), history(jax_run[0])
+    for key in ("loss", "val_loss"):
+        assert [float(row[key]) for row in resumed] == pytest.approx([float(row[key]) for row in whole], rel=1e-5)
+
+
+def test_tensorflow_and_jax_train_to_the_same_val_loss_from_the_same_start(prepared, tmp_path):
+    """Both backends fine-tune one run's weights (`trainer.init_from`: a fresh optimizer, so the same start) for two
+    epochs on the same batches, without dropout (whose random draws differ by backend); from their own random
+    initializations, runs of this size differ more between two seeds than between backends."""
+    start = tmp_path / "start"
+    train(compose_config("data=prepared", f"data.path={prepared}", "trainer.export=false"), start)
+    same = ["data=prepared", f"data.path={prepared}", "trainer.epochs=2", "model.dropout=0", "trainer.export=false",
+            f"trainer.init_from={start}"]
+    train(compose_config(*same), tmp_path / "tf")
+    process, _, stderr = train_under("jax", *same, f"hydra.run.dir={tmp_path / 'jax'}")
+    assert process.returncode == 0, stderr[-3000:]
+    tf_loss, jax_loss = (json.loads((tmp_path / name / "metrics.json").read_text())["val"]["loss"]
+                         for name in ("tf", "jax"))
+    assert jax_loss == pytest.approx(tf_loss, rel=0.02)
+
+
+def test_a_pytorch_run_from_prepared_data_writes_the_same_run_directory(prepared, tmp_path):
+    pytest.importorskip("torch")
+    run_dir = tmp_path / "run"
+    process, _, stderr = train_under("torch", "data=prepared", f"data.path={prepared}", f"hydra.run.dir={run_dir}",
+                                     "trainer.export=false")
+    assert process.returncode == 0, stderr[-3000:]
+    assert "Keras torch backend" in (run_dir / "train.log").read_text()
+    assert (run_dir / "checkpoints" / "epoch_001.weights.h5").is_file() and (run_dir / "model.keras").is_file()
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert {"loss", "bleu"} <= set(metrics["val"])
