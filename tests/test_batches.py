@@ -199,3 +199,19 @@ def test_sampled_passes_keep_each_pair_in_the_bucket_of_its_own_draw(varied, voc
             if source.any():
                 length = max(int((source != 0).sum()), int((target != 0).sum()))  # target_out has the end token
                 assert edges[bucket] <= length < edges[bucket + 1]
+
+
+def test_keras_reads_the_stream_in_order_across_epochs(varied):
+    """What `model.fit` gets from `py_dataset` (JAX, PyTorch) over several epochs of `steps_per_epoch` batches: the stream itself,
+    no batch skipped or repeated at an epoch's end."""
+    from keras.src.trainers.epoch_iterator import EpochIterator
+
+    batcher = Batcher(varied, 16, 40, seed=5)
+    expected = as_lists(batch for _, batch in zip(range(3 * 4), batcher.stream(skip=2)))
+    epochs = EpochIterator(x=py_dataset(batcher, skip=2), steps_per_epoch=4, shuffle=False)
+    got = []
+    for _ in range(3):
+        for _, _, (batch,) in epochs:  # one step an execution: a list of one batch
+            features, target = batch[:2]
+            got.append(({k: np.asarray(v) for k, v in features.items()}, np.asarray(target)))
+    assert as_lists(got) == expected

@@ -12,13 +12,13 @@ an exact position by replaying the plan (indices only, no padding). With subword
 training text afresh with the `sentencepiece` library, seeded by the pass and chunk.
 
 Backends take the batches through their own loader: tf.data under TensorFlow (`tf_dataset`: a generator of ready
-batches, prefetched on tf.data's threads), a `keras.utils.PyDataset` under JAX and PyTorch (`py_dataset`). With
+batches, prefetched on tf.data's threads), a `keras.utils.PyDataset` under JAX and PyTorch (`py_dataset`, read in
+order as Keras asks). With
 `fixed_shapes`, every batch of a bucket has the same shape (its rows padded with pad-only rows, its width to the
 bucket's edge), so an XLA-compiled step compiles once per bucket; pad rows and positions are masked out of the loss.
 """
 
 import itertools
-import threading
 
 import numpy as np
 
@@ -168,17 +168,21 @@ def tf_dataset(batches, count=None):
     return dataset.prefetch(tf.data.AUTOTUNE).with_options(without_autotune())
 
 
-def py_dataset(batcher, items=None, skip=0, workers=2):
+def py_dataset(batcher, items=None, skip=0):
     """A `keras.utils.PyDataset` of `batcher`'s batches: the finite list of plan `items` (evaluation), or the
-    training stream after `skip` batches. Keras asks for batch i of the stream (counted from the start of `fit`, across
-    epochs); plans are made in order under a lock and padded on Keras's `workers` threads."""
+    training stream after `skip` batches.
+
+    Keras asks for batch i of an endless PyDataset with i counted from the start of `fit`, across epochs, in order,
+    when it has one worker. More workers would prefetch on threads, but Keras stops them at each epoch's end and drops
+    what they fetched, and the next epoch asks on from the index after those: batches would be skipped. Padding a
+    batch takes a fraction of a millisecond, and JAX and PyTorch run a step asynchronously from Python, so one worker
+    costs next to nothing."""
     import keras
 
     class Batches(keras.utils.PyDataset):
         def __init__(self):
-            super().__init__(workers=workers, use_multiprocessing=False, max_queue_size=16)
-            self._lock = threading.Lock()
-            self._plan, self._made, self._waiting = None, 0, {}
+            super().__init__(workers=1, use_multiprocessing=False)
+            self._plan, self._next = None, None
 
         @property
         def num_batches(self):
@@ -190,15 +194,10 @@ def py_dataset(batcher, items=None, skip=0, workers=2):
         def __getitem__(self, index):
             if items is not None:
                 return batcher.pad(*items[index])
-            with self._lock:
-                if self._plan is None or (index < self._made and index not in self._waiting):
-                    self._plan = itertools.islice(batcher.plan(), skip + index, None)  # a new iteration
-                    self._made, self._waiting = index, {}
-                while index not in self._waiting:
-                    self._waiting[self._made] = next(self._plan)
-                    self._made += 1
-                item = self._waiting.pop(index)
-            return batcher.pad(*item)
+            if index != self._next:  # a new iteration, or a jump: replay the plan to there
+                self._plan = itertools.islice(batcher.plan(), skip + index, None)
+            self._next = index + 1
+            return batcher.pad(*next(self._plan))
 
     return Batches()
 
