@@ -17,7 +17,7 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 SCRIPTS = ["attention_scaling", "batching", "decode_speed", "decode_sweep", "fit_teardown", "loss_speed", "multi30k",
-           "multi30k_jax", "profile_step", "resume_stream", "step_variants", "train_throughput"]
+           "multi30k_jax", "prepared_data", "profile_step", "resume_stream", "step_variants", "train_throughput"]
 
 
 def bench_env():
@@ -157,17 +157,18 @@ def test_step_variants_merge_onto_the_base_and_refuse_data_changes_and_bad_value
 
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
-def test_resume_stream_benchmark_times_both_streams():
+def test_resume_stream_benchmark_times_both_streams(tmp_path):
     result = run_bench("resume_stream", "--epochs", "1", "--repeats", "2", "debug=smoke", "data.download=false",
-                       "data.subword_sampling=0.5")
+                       "data.subword_sampling=0.5", env={"TMPDIR": str(tmp_path)})
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["benchmark"] == "resume_stream"
     assert [row["stream"] for row in report["rows"]] == ["best segmentation", "subword sampling (alpha 0.5)"]
     for row in report["rows"]:
         assert row["epochs"] == 2 and len(row["seconds"]) == 2 and row["seconds_per_epoch"] > 0
-        assert row["batches_per_epoch"] > 0
+        assert row["batches_per_epoch"] > 0 and row["first_batch_seconds"] > 0
     assert "| training stream |" in result.stdout
+    assert not list(tmp_path.iterdir())  # the prepared data went with its temporary directory
 
 
 def test_train_throughput_streams_its_batches_without_tf_data_autotuning(monkeypatch):

@@ -1,8 +1,8 @@
 """The length buckets that training batches are drawn from: which bucket a pair falls in, how many pairs a batch of
 each bucket holds, and how many batches a pass makes.
 
-Plain numpy, no TensorFlow: `kmt.data.pipeline` builds its tf.data batches from these rules, and
-`bench/multi30k_jax.py` builds the same batches from them where only JAX is installed.
+Plain numpy, no TensorFlow: `kmt.data.batches` (the batcher of every backend) builds training batches from these
+rules, and `kmt.data.pipeline` (the old tf.data pipeline, kept as the benchmarks' reference) builds its own from them.
 """
 
 import numpy as np
