@@ -151,6 +151,18 @@ def option_file(path):
     return description, settings, defaults
 
 
+def in_group(group, path, description, settings, defaults):
+    """An option file's settings relative to its group: a `# @package _global_` option (e.g. `data=prepared`, which
+    also names the run) sets `group.key` for its group's keys, and its other settings join its description."""
+    if not path.read_text().lstrip().startswith("# @package _global_"):
+        return description, settings, defaults
+    prefix = f"{group}."
+    inside = [(key[len(prefix):], value, why) for key, value, why in settings if key.startswith(prefix)]
+    outside = [f"Also sets `{key}={value}`" + (f": {why}" if why else ".") for key, value, why in settings
+               if not key.startswith(prefix)]
+    return [*description, *outside], inside, defaults
+
+
 def composed_default(group):
     defaults = OmegaConf.to_container(OmegaConf.load(CONF / "config.yaml").defaults)
     return next(entry[group] for entry in defaults if isinstance(entry, dict) and group in entry)
@@ -160,11 +172,12 @@ def group_options(group):
     """A table of conf/<group>/*.yaml: each option's description and, in one column per key any option sets, the
     value it composes to (the schema's default where it sets none)."""
     paths = sorted((CONF / group).glob("*.yaml"))
-    parsed = {path.stem: option_file(path) for path in paths}
+    parsed = {path.stem: in_group(group, path, *option_file(path)) for path in paths}
     keys = list(dict.fromkeys(key for _, settings, _ in parsed.values() for key, _, _ in settings))
     if group in GROUP_CLASSES:
         base = OmegaConf.structured(GROUP_CLASSES[group])
-        values = {name: OmegaConf.merge(base, OmegaConf.load(CONF / group / f"{name}.yaml")) for name in parsed}
+        values = {name: OmegaConf.merge(base, OmegaConf.create(dict(OmegaConf.from_dotlist(
+            [f"{key}={value}" for key, value, _ in parsed[name][1]])))) for name in parsed}
         if group == "model":  # presets from the smallest up
             parsed = dict(sorted(parsed.items(), key=lambda item: (values[item[0]].hidden_dim,
                                                                    values[item[0]].num_layers)))
