@@ -114,13 +114,17 @@ def test_tensorflow_and_jax_train_to_the_same_val_loss_from_the_same_start(prepa
     assert jax_loss == pytest.approx(tf_loss, rel=0.02)
 
 
-def test_a_pytorch_run_from_prepared_data_writes_the_same_run_directory(prepared, tmp_path):
+def test_a_pytorch_run_from_prepared_data_resumes_averages_and_beam_searches(prepared, tmp_path):
     pytest.importorskip("torch")
     run_dir = tmp_path / "run"
-    process, _, stderr = train_under("torch", "data=prepared", f"data.path={prepared}", f"hydra.run.dir={run_dir}",
-                                     "trainer.export=false")
-    assert process.returncode == 0, stderr[-3000:]
-    assert "Keras torch backend" in (run_dir / "train.log").read_text()
-    assert (run_dir / "checkpoints" / "epoch_001.weights.h5").is_file() and (run_dir / "model.keras").is_file()
+    common = ["data=prepared", f"data.path={prepared}", f"hydra.run.dir={run_dir}", "trainer.export=false",
+              "trainer.average_last=2", "decode.beam_size=2"]
+    for epochs in (1, 2):  # the second command resumes the first's run
+        process, _, stderr = train_under("torch", *common, f"trainer.epochs={epochs}")
+        assert process.returncode == 0, stderr[-3000:]
+    log = (run_dir / "train.log").read_text()
+    assert "Keras torch backend" in log and "resuming the training stream after the 6 batches of epochs 1-1" in log
+    assert [row["epoch"] for row in history(run_dir)] == ["0", "1"]
+    assert (run_dir / "checkpoints" / "average_last2.weights.h5").is_file() and (run_dir / "model.keras").is_file()
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert {"loss", "bleu"} <= set(metrics["val"])
+    assert {"loss", "bleu"} <= set(metrics["val"]) and metrics["train"]["averaged_checkpoints"] == 2
