@@ -9,7 +9,8 @@ from omegaconf import OmegaConf
 
 from kmt.data import load_corpus
 from kmt.data.shards import PreparedData, write_prepared
-from kmt.data.sources import ParallelText, StreamedParallel
+from kmt.data.sources import ParallelText
+from kmt.data.streams import StreamedParallel
 from kmt.errors import ConfigError, DataError
 from kmt.tokenizer import Vocabularies
 
