@@ -38,3 +38,15 @@ def smoke_run(tmp_path_factory):
             result = run_cli("train", "debug=smoke", "trainer.epochs=2", f"hydra.run.dir={run_dir}")
             assert result.returncode == 0, result.stderr[-3000:]
     return run_dir
+
+
+@pytest.fixture(scope="session")
+def prepared_smoke(tmp_path_factory):
+    """`kmt-prepare debug=smoke` once a session (a worker's, under pytest-xdist), read-only for the tests that train
+    from prepared data."""
+    from tests.helpers import run_cli
+
+    directory = tmp_path_factory.mktemp("prepared") / "smoke"
+    result = run_cli("prepare", "debug=smoke", f"hydra.run.dir={directory}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return directory

@@ -20,14 +20,6 @@ raise ImportError("no TensorFlow on this machine (a test's stand-in)")
 """
 
 
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("prepared") / "smoke"
-    result = run_cli("prepare", "debug=smoke", f"hydra.run.dir={directory}")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return directory
-
-
 def train_under(backend, *overrides, env=None, cwd=None):
     """`python -m kmt.cli.train debug=smoke overrides...` under `backend`: `(process, stdout, stderr)`."""
     environment = os.environ | {"KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"} | (env or {})
@@ -43,7 +35,7 @@ def history(run_dir):
 
 
 @pytest.fixture(scope="module")
-def jax_run(prepared, tmp_path_factory):
+def jax_run(prepared_smoke, tmp_path_factory):
     """Two epochs under JAX where `import tensorflow` fails: `(run_dir, pid of the training process, pids that tried
     to import TensorFlow)`."""
     root = tmp_path_factory.mktemp("jax")
@@ -54,7 +46,7 @@ def jax_run(prepared, tmp_path_factory):
     attempts.touch()
     run_dir = root / "run"
     process, _, stderr = train_under(
-        "jax", "data=prepared", f"data.path={prepared}", "trainer.epochs=2", "trainer.average_last=2",
+        "jax", "data=prepared", f"data.path={prepared_smoke}", "trainer.epochs=2", "trainer.average_last=2",
         f"hydra.run.dir={run_dir}", env={"PYTHONPATH": f"{fake}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                                          "KMT_TEST_TF_ATTEMPTS": str(attempts)})
     assert process.returncode == 0, stderr[-3000:]
@@ -86,9 +78,9 @@ def test_kmt_export_makes_the_saved_model_of_a_jax_run_where_tensorflow_is(jax_r
     assert len(translated.stdout.splitlines()) == 2
 
 
-def test_a_jax_run_resumed_after_an_epoch_ends_with_the_uninterrupted_runs_losses(prepared, jax_run, tmp_path):
+def test_a_jax_run_resumed_after_an_epoch_ends_with_the_uninterrupted_runs_losses(prepared_smoke, jax_run, tmp_path):
     run_dir = tmp_path / "run"
-    common = ["data=prepared", f"data.path={prepared}", "trainer.average_last=2", f"hydra.run.dir={run_dir}",
+    common = ["data=prepared", f"data.path={prepared_smoke}", "trainer.average_last=2", f"hydra.run.dir={run_dir}",
               "trainer.export=false"]
     for epochs in (1, 2):  # the second command resumes the first's run after its epoch
         process, _, stderr = train_under("jax", *common, f"trainer.epochs={epochs}")
@@ -98,13 +90,13 @@ def test_a_jax_run_resumed_after_an_epoch_ends_with_the_uninterrupted_runs_losse
         assert [float(row[key]) for row in resumed] == pytest.approx([float(row[key]) for row in whole], rel=1e-5)
 
 
-def test_tensorflow_and_jax_train_to_the_same_val_loss_from_the_same_start(prepared, tmp_path):
+def test_tensorflow_and_jax_train_to_the_same_val_loss_from_the_same_start(prepared_smoke, tmp_path):
     """Both backends fine-tune one run's weights (`trainer.init_from`: a fresh optimizer, so the same start) for two
     epochs on the same batches, without dropout (whose random draws differ by backend); from their own random
     initializations, runs of this size differ more between two seeds than between backends."""
     start = tmp_path / "start"
-    train(compose_config("data=prepared", f"data.path={prepared}", "trainer.export=false"), start)
-    same = ["data=prepared", f"data.path={prepared}", "trainer.epochs=2", "model.dropout=0", "trainer.export=false",
+    train(compose_config("data=prepared", f"data.path={prepared_smoke}", "trainer.export=false"), start)
+    same = ["data=prepared", f"data.path={prepared_smoke}", "trainer.epochs=2", "model.dropout=0", "trainer.export=false",
             f"trainer.init_from={start}"]
     train(compose_config(*same), tmp_path / "tf")
     process, _, stderr = train_under("jax", *same, f"hydra.run.dir={tmp_path / 'jax'}")
@@ -114,10 +106,10 @@ def test_tensorflow_and_jax_train_to_the_same_val_loss_from_the_same_start(prepa
     assert jax_loss == pytest.approx(tf_loss, rel=0.02)
 
 
-def test_a_pytorch_run_from_prepared_data_resumes_averages_and_beam_searches(prepared, tmp_path):
+def test_a_pytorch_run_from_prepared_data_resumes_averages_and_beam_searches(prepared_smoke, tmp_path):
     pytest.importorskip("torch")
     run_dir = tmp_path / "run"
-    common = ["data=prepared", f"data.path={prepared}", f"hydra.run.dir={run_dir}", "trainer.export=false",
+    common = ["data=prepared", f"data.path={prepared_smoke}", f"hydra.run.dir={run_dir}", "trainer.export=false",
               "trainer.average_last=2", "decode.beam_size=2"]
     for epochs in (1, 2):  # the second command resumes the first's run
         process, _, stderr = train_under("torch", *common, f"trainer.epochs={epochs}")

@@ -27,10 +27,8 @@ def parallel(directory, train=None):
             f"data.val.source={directory / 'dev.en'}", f"data.val.target={directory / 'dev.de'}"]
 
 
-def test_kmt_prepare_writes_shards_an_index_the_text_and_meta_json_last(tmp_path):
-    out = tmp_path / "prepared"
-    result = run_cli("prepare", "debug=smoke", f"hydra.run.dir={out}")
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_kmt_prepare_writes_shards_an_index_the_text_and_meta_json_last(prepared_smoke):
+    out = prepared_smoke
     meta = json.loads((out / "meta.json").read_text())
     assert meta["format"] == "kmt-prepared/1" and meta["max_length"] == 48 and meta["id_dtype"] == "uint16"
     assert {name: entry["pairs"] for name, entry in meta["splits"].items()} == {"train": 300, "val": 40, "test": 40}
@@ -81,11 +79,3 @@ def test_kmt_prepare_refuses_prepared_data_as_its_corpus(tmp_path):
     result = run_cli("prepare", "debug=smoke", "data=prepared", f"data.path={tmp_path}",
                      f"hydra.run.dir={tmp_path / 'out'}")
     assert result.returncode == 2 and "kmt-prepare reads a corpus" in result.stderr.strip().splitlines()[-1]
-
-
-@pytest.fixture(scope="module")
-def prepared_smoke(tmp_path_factory):
-    out = tmp_path_factory.mktemp("prepared") / "smoke"
-    result = run_cli("prepare", "debug=smoke", f"hydra.run.dir={out}")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out
