@@ -1,4 +1,7 @@
-"""Sentences to batches: tokenize, filter, add start/end tokens, bucket by length, pad, shuffle, prefetch.
+"""The tf.data text pipeline kmt-train used before prepared data: sentences to batches (tokenize, filter, add
+start/end tokens, bucket by length, pad, shuffle, prefetch) with TensorFlow ops. Training now streams prepared shards
+through `kmt.data.batches`; this stays as the benchmarks' reference (`bench/prepared_data.py` measures the batcher
+against it) and for the step benchmarks built on it.
 
 Each example becomes `({"source": (S,), "target_in": (T,)}, target_out (T,))` where `target_in` is
 `[start] + target` (the decoder input, shifted right) and `target_out` is `target + [end]`. Batches group
