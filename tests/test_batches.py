@@ -103,11 +103,28 @@ def test_fixed_shapes_give_one_shape_per_bucket_within_the_budget(varied):
     for features, target_out in fixed_batches:
         assert features["source"].shape[1] == features["target_in"].shape[1] == target_out.shape[1]
         assert features["source"].shape[0] * target_out.shape[1] <= 40
-    # The same pairs in the same batches, only padded wider (pad-only rows fill a bucket's last batch).
-    strip = lambda batches: [[r[r != 0].tolist() for r in f["source"] if r.any()] for f, _ in batches]  # noqa
+    # The same pairs in the same batches, only padded wider: no pad-only rows.
+    strip = lambda batches: [[r[r != 0].tolist() for r in f["source"]] for f, _ in batches]  # noqa
     assert strip(loose_batches) == strip(fixed_batches)
     shapes = lambda batches: {(f["source"].shape, t.shape) for f, t in batches}  # noqa: E731
     assert len(shapes(fixed_batches)) < len(shapes(loose_batches))
+
+
+def test_evaluation_loss_is_the_same_with_fixed_and_loose_shapes(varied, vocabularies):
+    # Keras weights each batch's loss by its rows: pad-only rows in a bucket's last batch would change it.
+    from kmt.build import build_model, build_schedule, compile_model
+    from tests.helpers import compose_config
+
+    cfg = compose_config()
+    size = vocabularies.source.vocab_size
+    model = compile_model(build_model(cfg.model, size, size), cfg, build_schedule(cfg.optim, cfg.model.hidden_dim, 4))
+    results = []
+    for fixed in (False, True):
+        batcher = Batcher(varied, 16, 40, fixed_shapes=fixed)
+        data = keras_data(batcher, batcher.one_pass())
+        results.append(model.evaluate(data, verbose=0, return_dict=True))
+    assert results[0]["loss"] == pytest.approx(results[1]["loss"], rel=1e-5)
+    assert results[0]["ppl"] == pytest.approx(results[1]["ppl"], rel=1e-5)
 
 
 def test_bucket_edges_step_by_the_width_and_end_past_the_longest_sequence():

@@ -105,11 +105,12 @@ class Batcher:
     def pad(self, bucket, members):
         """The batch of `members` (`(rows, i)`: pair i of `rows`) in `bucket`, padded with 0."""
         pairs = [rows.pair(i) for rows, i in members]
+        # Rows are never padded: Keras weights a batch's loss by its rows, so pad-only rows would change the mean
+        # loss of evaluation, whose last batch in a bucket is partial (the training stream's batches are full).
+        count = len(pairs)
         if self.fixed_shapes:
-            count = self.sizes[bucket]
             source_width = target_width = min(self.edges[bucket], self.max_length + 1) - 1
         else:
-            count = len(pairs)
             source_width = max(len(s) for s, _ in pairs)
             target_width = max(len(t) for _, t in pairs) + 1
         source = np.zeros((count, source_width), np.int32)
