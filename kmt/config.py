@@ -126,6 +126,11 @@ class TrainerConfig:
     objective: str = "loss"  # val metric train() returns for sweepers: loss, ppl, accuracy, bleu, chrf, exact_match
     # (ppl, not loss, to compare different optim.label_smoothing)
     verbose: int = 1  # Keras progress: 0 silent, 1 progress bar, 2 one line per epoch
+    distribute: str = "none"  # data parallelism: none, mirrored (every local device) or multi_worker (several
+    # processes or hosts); docs/scaling.md
+    coordinator: Optional[str] = None  # multi_worker under JAX: HOST:PORT of process 0 (else KERAS_DISTRIBUTION_*)
+    num_processes: Optional[int] = None  # multi_worker under JAX: how many processes train together
+    process_id: Optional[int] = None  # multi_worker under JAX: this process, 0 (the chief) to num_processes - 1
 
 
 @dataclass

@@ -24,6 +24,23 @@ def _nll(y_true, log_probs):
     return -ops.squeeze(ops.take_along_axis(log_probs, y_true[..., None], axis=-1), axis=-1)
 
 
+def _global_tokens(tokens):
+    """The real target tokens of the whole global batch, of which this batch holds `tokens`.
+
+    Under `tf.distribute`, each replica computes the loss of its share of the batch and the replicas' gradients are
+    summed (Keras leaves a scalar loss as it is). Dividing each replica's sum by the global count makes the update
+    follow the mean over every real token of the global batch, the update one device computes on the whole batch,
+    and not the mean of the replicas' means. JAX's `keras.distribution` computes on the global batch itself."""
+    if keras.backend.backend() != "tensorflow":
+        return tokens
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return tokens
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, tokens)
+
+
 @keras.saving.register_keras_serializable(package="kmt")
 class MaskedCrossEntropy(keras.losses.Loss):
     """Cross-entropy with label smoothing (Szegedy et al., 2016; the paper, section 5.4), averaged over the
@@ -63,7 +80,7 @@ class MaskedCrossEntropy(keras.losses.Loss):
         target = ops.one_hot(y_true, vocab_size) * (1.0 - self.label_smoothing) + self.label_smoothing / vocab_size
         per_token = -ops.sum(target * _log_probs(y_pred), axis=-1)  # (B, T)
         weights = _real_tokens(y_true, self.pad_id)  # (B, T)
-        return ops.sum(per_token * weights) / ops.maximum(ops.sum(weights), 1.0)
+        return ops.sum(per_token * weights) / ops.maximum(_global_tokens(ops.sum(weights)), 1.0)
 
     def get_config(self):
         return {"name": self.name, "label_smoothing": self.label_smoothing, "pad_id": self.pad_id}

@@ -13,9 +13,11 @@ training text afresh with the `sentencepiece` library, seeded by the pass and ch
 
 Backends take the batches through their own loader: tf.data under TensorFlow (`tf_dataset`: a generator of ready
 batches, prefetched on tf.data's threads), a `keras.utils.PyDataset` under JAX and PyTorch (`py_dataset`, read in
-order as Keras asks). With
-`fixed_shapes`, every batch of a bucket has the same shape (its rows padded with pad-only rows, its width to the
-bucket's edge), so an XLA-compiled step compiles once per bucket; pad rows and positions are masked out of the loss.
+order as Keras asks). With `fixed_shapes`, every batch of a bucket has the same width (its bucket's edge), so an
+XLA-compiled step compiles once per bucket and batch size; pad positions are masked out of the loss.
+
+Under data parallelism (`kmt.training.distribute`) a batch is the global batch of `replicas` devices, each device's
+share within the token budget, and each of several processes pads the whole batch and keeps its `shard` of the rows.
 """
 
 import itertools
@@ -43,12 +45,17 @@ class Batcher:
         seed: int. The training stream's seed.
         sampling: `(vocabularies, alpha, source_lines, target_lines)` or None: subword sampling, each pass drawing a
             segmentation of the kept pairs' text (`source_lines[i]`, `target_lines[i]` for pair i).
+        replicas: int. Devices a batch is split over (`trainer.distribute`): `max_tokens` and `batch_size` are per
+            device, and every batch's rows a multiple of `replicas` (a partial batch gets pad-only rows).
+        shard: `(index, count)`: this process's share of each batch's rows, when `count` processes train together.
     """
 
     def __init__(self, rows, max_length, max_tokens=0, batch_size=64, bucket_width=0, fixed_shapes=False, seed=0,
-                 sampling=None):
+                 sampling=None, replicas=1, shard=(0, 1)):
         self.rows, self.max_length, self.fixed_shapes, self.seed = rows, max_length, fixed_shapes, seed
-        self.edges, self.sizes = bucket_sizes(max_length, max_tokens, batch_size, bucket_width)
+        self.edges, sizes = bucket_sizes(max_length, max_tokens, batch_size, bucket_width)
+        self.sizes = [size * replicas for size in sizes]
+        self.replicas, self.shard = replicas, shard
         self.sampling = sampling
         self._passes = {}  # pass number -> (Rows, buckets): the first pass, and with sampling the latest
         self.epoch_rows, epoch_buckets = self._pass(0)
@@ -105,9 +112,9 @@ class Batcher:
     def pad(self, bucket, members):
         """The batch of `members` (`(rows, i)`: pair i of `rows`) in `bucket`, padded with 0."""
         pairs = [rows.pair(i) for rows, i in members]
-        # Rows are never padded: Keras weights a batch's loss by its rows, so pad-only rows would change the mean
-        # loss of evaluation, whose last batch in a bucket is partial (the training stream's batches are full).
-        count = len(pairs)
+        # Rows are padded only to split evenly over replicas: Keras weights a batch's loss by its rows, so pad-only
+        # rows change the mean loss of evaluation, whose last batch in a bucket is partial (training batches are full).
+        count = -(-len(pairs) // self.replicas) * self.replicas
         if self.fixed_shapes:
             source_width = target_width = min(self.edges[bucket], self.max_length + 1) - 1
         else:
@@ -122,6 +129,10 @@ class Batcher:
             target_in[row, 1 : len(t) + 1] = t
             target_out[row, : len(t)] = t
             target_out[row, len(t)] = END_ID
+        index, processes = self.shard
+        if processes > 1:
+            mine = slice(index * count // processes, (index + 1) * count // processes)
+            source, target_in, target_out = source[mine], target_in[mine], target_out[mine]
         return {"source": source, "target_in": target_in}, target_out
 
 

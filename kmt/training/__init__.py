@@ -6,6 +6,7 @@ module: `resume` (the resume state), `checkpointing` (epoch and best weights), `
 throughput, val BLEU), `control` (early stopping, time budget, late dropout, stop signals).
 """
 
+import contextlib
 from pathlib import Path
 
 from kmt import config as config_lib
@@ -20,10 +21,14 @@ def train(cfg, run_dir):
     from kmt.training.fit import fit
     from kmt.training.prepare import prepare
 
+    from kmt.training.distribute import check, worker
+
     run_dir = Path(run_dir)
     config_lib.validate(cfg)
-    with RunLock(run_dir):
+    check(cfg)
+    # A distributed run's workers share the run directory, which only the chief (process 0) writes and locks.
+    with RunLock(run_dir) if not worker(cfg) else contextlib.nullcontext():
         prepared = prepare(cfg, run_dir)
         fitted = fit(cfg, prepared)
         metrics = finish(cfg, prepared, fitted)
-    return metrics["val"][cfg.trainer.objective]
+    return metrics["val"][cfg.trainer.objective] if metrics else None

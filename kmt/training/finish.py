@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import keras
 from keras import ops
@@ -15,14 +16,29 @@ from kmt.checkpoints import average_checkpoints
 from kmt.inference.translate import translate_fn, translate_lines
 from kmt.metrics import translation_scores
 from kmt.run_dir import write_atomically
+from kmt.training.distribute import fingerprint, local_copy
 
 logger = logging.getLogger(__name__)
 
 
 def finish(cfg, prepared, fitted):
     """Saves `model.keras`, averages the last `trainer.average_last` epoch checkpoints into the model, scores val
-    and test with the decoder, exports it (`trainer.export`) and writes `metrics.json`; returns the metrics."""
+    and test with the decoder, exports it (`trainer.export`) and writes `metrics.json`; returns the metrics.
+
+    A distributed run's chief does it all on a copy of the model on its own devices (`distribute.local_copy`), and
+    its other workers nothing: they return None."""
     p, run = prepared, prepared.run
+    steps = int(ops.convert_to_numpy(p.model.optimizer.iterations))
+    evaluation_data = p.evaluation_data
+    if p.placement.distributed:
+        # Every worker reads the weights (under JAX, reading weights spread over processes takes them all), and
+        # logs their fingerprint, the same on every worker: they trained one model.
+        weights = p.model.get_weights()
+        logger.info("trained weights: sha256 %s", fingerprint(weights))
+        if not p.placement.chief:
+            return None
+        evaluation_data = lambda name: p.evaluation_data(name, local=True)  # noqa: E731
+        p = replace(p, model=local_copy(weights, p.build))
     write_atomically(run.model, p.model.save)
     if cfg.trainer.average_last > 1:
         paths = run.checkpoints.epochs()[-cfg.trainer.average_last :]
@@ -32,13 +48,13 @@ def finish(cfg, prepared, fitted):
         p.decoder.set_weights(p.model.get_weights())
     translate_batch = translate_fn(p.decoder, p.vocabularies, cfg.decode)
 
-    train = train_stats(p.epoch, fitted, p.updates_per_epoch, p.model)
+    train = train_stats(p.epoch, fitted, p.updates_per_epoch, p.model, steps)
     train["averaged_checkpoints"] = max(1, min(cfg.trainer.average_last, len(run.checkpoints.epochs())))
     train["best"] = run.checkpoints.best_epoch(cfg.trainer.monitor)
     metrics = {"train": train}
     for name in ("val", "test"):
         if name in p.texts:
-            metrics[name] = evaluate_split(p.model, translate_batch, p.evaluation_data(name), p.texts[name],
+            metrics[name] = evaluate_split(p.model, translate_batch, evaluation_data(name), p.texts[name],
                                            cfg.decode, tokenized=cfg.data.tokenized)
             logger.info("%s: %s", name, ", ".join(f"{k} {v:.4g}" for k, v in metrics[name].items()
                                                    if isinstance(v, float)))
@@ -48,13 +64,13 @@ def finish(cfg, prepared, fitted):
     return metrics
 
 
-def train_stats(split, fitted, updates_per_epoch, model):
+def train_stats(split, fitted, updates_per_epoch, model, steps):
     """Throughput of this invocation: target tokens per second of training, leaving out the first epoch (which
     pays for tracing and compilation) when there are more. `wall_seconds` is this invocation's `model.fit`;
     `run_seconds`, `epochs` and `steps` (updates) count the whole run, earlier invocations of a resumed run included
-    (`run_seconds` sums history.csv's `epoch_seconds`, training and validation, the time trainer.max_minutes counts)."""
+    (`run_seconds` sums history.csv's `epoch_seconds`, training and validation, the time trainer.max_minutes counts);
+    `steps` is the optimizer's update count."""
     seconds = fitted.stats.epoch_seconds[1:] or fitted.stats.epoch_seconds
-    steps = int(ops.convert_to_numpy(model.optimizer.iterations))
     return {
         "tokens_per_second": split.target_tokens * len(seconds) / sum(seconds) if seconds else None,
         "wall_seconds": fitted.wall_seconds,

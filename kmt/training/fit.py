@@ -4,8 +4,10 @@ drawn, and a run whose loss diverged stopped before anything is saved from it.""
 import logging
 import math
 import signal
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import keras
@@ -37,11 +39,12 @@ def fit(cfg, prepared):
     """Trains `prepared.model` for the rest of `trainer.epochs`. Ctrl-C, SIGTERM or SIGHUP save the weights of the
     moment and raise `Interrupted`; a resumed run with no patience or time left trains nothing and goes on."""
     p = prepared
-    callbacks, stats = build_callbacks(cfg, p.run, p.epoch.target_tokens, validation_bleu(cfg, p))
+    callbacks, stats = build_callbacks(cfg, p.run, p.epoch.target_tokens, validation_bleu(cfg, p),
+                                       chief=p.placement.chief)
     interrupt = DeferredInterrupt()  # last: an epoch's backup is written before Ctrl-C is acted on
     started, history = time.perf_counter(), None
     try:
-        with interrupt.installed():
+        with interrupt.installed(), p.placement.scope():
             history = p.model.fit(
                 p.train_data,
                 validation_data=p.val_data,
@@ -54,8 +57,8 @@ def fit(cfg, prepared):
         if interrupt.received:  # a signal during the last epoch's final hooks: still an interrupt
             raise KeyboardInterrupt
     except KeyboardInterrupt:
-        path = p.run.checkpoints.interrupted  # the weights of the moment, for inspection
-        write_atomically(path, p.model.save_weights)
+        path = p.run.checkpoints.interrupted if p.placement.chief else scratch_dir() / "interrupted.weights.h5"
+        write_atomically(path, p.model.save_weights)  # the weights of the moment, for inspection
         raise Interrupted(interrupt.received or signal.SIGINT, path, p.run.checkpoints.epochs_in_backup()) from None
     except StoppedEarly as stopped:  # the resume state's weights are restored: go on to finish
         logger.info("resumed run: %s", stopped)
@@ -67,7 +70,7 @@ def fit(cfg, prepared):
             "learning rate did not cool down; lower trainer.epochs to what trainer.max_minutes holds",
             updates, p.total_steps,
         )
-    run_seconds = draw_curves(cfg, p.run)
+    run_seconds = draw_curves(cfg, p.run) if p.placement.chief else None
     losses = history.history.get("loss", []) if history else []
     if losses and not math.isfinite(losses[-1]):
         raise KmtError(
@@ -77,12 +80,22 @@ def fit(cfg, prepared):
     return Fitted(history, stats, wall_seconds, wall_seconds if run_seconds is None else run_seconds)
 
 
-def build_callbacks(cfg, run, tokens_per_epoch, val_bleu=None):
+def build_callbacks(cfg, run, tokens_per_epoch, val_bleu=None, chief=True):
     """The callbacks of a run in `run` (a `RunDir`), in the order their epoch-end hooks must run, and its
     `TrainingStats`. `val_bleu`, a `ValidationBLEU` or None, comes before everything that reads or times the
-    epoch's logs."""
-    run.logs.mkdir(parents=True, exist_ok=True)
+    epoch's logs.
+
+    A worker other than the `chief` of a distributed run writes nothing to the run: it resumes from the chief's
+    resume state and saves its weights when the chief does, into a scratch directory (`scratch_dir`), since under
+    JAX every process takes part in reading weights spread over processes."""
     stats = TrainingStats(tokens_per_epoch)
+    if not chief:
+        scratch = scratch_dir()
+        backup = AtomicBackupAndRestore(run.checkpoints.backup, cfg.optim.gradient_accumulation_steps,
+                                        save_to=scratch / "backup.weights.h5")
+        checkpoint = EpochCheckpoint(scratch, keep=1, monitor=cfg.trainer.monitor)
+        return [keras.callbacks.TerminateOnNaN(), *([val_bleu] if val_bleu else []), stats, backup, checkpoint], stats
+    run.logs.mkdir(parents=True, exist_ok=True)
     callbacks = [
         keras.callbacks.TerminateOnNaN(),
         *([val_bleu] if val_bleu else []),
@@ -104,6 +117,18 @@ def build_callbacks(cfg, run, tokens_per_epoch, val_bleu=None):
     if cfg.trainer.max_minutes:
         callbacks.append(TimeBudget(cfg.trainer.max_minutes * 60, run.history))
     return callbacks, stats
+
+
+def scratch_dir():
+    """Where a distributed run's worker other than the chief saves what it must save along with the chief (removed
+    when the process ends)."""
+    global _scratch
+    if _scratch is None:
+        _scratch = tempfile.TemporaryDirectory(prefix="kmt-worker-")
+    return Path(_scratch.name)
+
+
+_scratch = None
 
 
 def tensorboard(run):

@@ -21,6 +21,7 @@ from kmt.data.shards import PreparedData
 from kmt.errors import ConfigError, KmtError
 from kmt.run_dir import RunDir
 from kmt.tokenizer import Vocabularies
+from kmt.training.distribute import Placement, place
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ class Prepared:
     schedule: Any
     model: keras.Model
     decoder: keras.Model  # the model in float32 (itself when it trains in float32): what decodes and exports
+    placement: Placement  # the devices and processes it trains on (trainer.distribute)
+    build: Callable  # a compiled model like `model`, on this process alone (what `finish` works on when distributed)
 
 
 def prepare(cfg, run_dir):
@@ -50,6 +53,7 @@ def prepare(cfg, run_dir):
     its stream after the batches of its finished epochs, a fine-tuning run (`trainer.init_from`) from another run's
     vocabulary and weights."""
     backend.keep_tensorflow_out()
+    placement = place(cfg)  # first: a JAX process joins its cluster before it computes anything
     keras.utils.set_random_seed(cfg.seed)
     cfg.trainer.precision = backend.resolve_precision(cfg.trainer.precision)  # config.yaml records what ran
     cfg.trainer.jit_compile = backend.resolve_jit_compile(cfg.trainer.jit_compile)
@@ -65,15 +69,16 @@ def prepare(cfg, run_dir):
     if cfg.trainer.init_from and not resuming:
         init_run, init_weights = init_source(cfg.trainer.init_from, cfg.model)
 
-    data, vocabularies = prepared_data(cfg, run, init_run)
+    data, vocabularies = prepared_data(cfg, run, init_run, writes=placement.chief)
     train = data.split("train")
     if not len(train):
         raise KmtError(f"no training pairs left after filtering empty and over-long pairs ({train.dropped})")
     fixed_shapes = cfg.data.pad_to_bucket or cfg.trainer.jit_compile  # XLA compiles once per shape
 
-    def batcher(split, **options):
+    def batcher(split, local=False, **options):
+        spread = {} if local else {"replicas": placement.replicas, "shard": (placement.index, placement.processes)}
         return Batcher(split, cfg.model.max_length, cfg.data.max_tokens, cfg.data.batch_size, cfg.data.bucket_width,
-                       fixed_shapes, **options)
+                       fixed_shapes, **options, **spread)
 
     train_batches = batcher(train, seed=cfg.seed, sampling=subword_sampling(cfg, train, vocabularies))
     accumulation = cfg.optim.gradient_accumulation_steps
@@ -90,8 +95,8 @@ def prepare(cfg, run_dir):
                     epochs_done * steps_per_epoch, epochs_done)
     train_data = keras_data(train_batches, skip=epochs_done * steps_per_epoch)
 
-    def evaluation_data(name):
-        one = batcher(data.split(name))
+    def evaluation_data(name, local=False):
+        one = batcher(data.split(name), local=local)
         return keras_data(one, items=one.one_pass())
 
     texts = {name: data.split(name).text() for name in ("val", "test") if name in data.names}
@@ -99,26 +104,32 @@ def prepare(cfg, run_dir):
     total_steps = cfg.trainer.epochs * updates_per_epoch
     schedule = build_schedule(cfg.optim, cfg.model.hidden_dim, total_steps)
     sizes = vocabularies.source.vocab_size, vocabularies.target.vocab_size
-    model = compile_model(build_model(cfg.model, *sizes), cfg, schedule)
+    build = lambda: compile_model(build_model(cfg.model, *sizes), cfg, schedule)  # noqa: E731
+    with placement.scope():
+        model = build()
     logger.info(
         "model: %s parameters; %d training pairs, %d steps an epoch%s", f"{model.count_params():,}",
         len(train), steps_per_epoch,
         f" ({updates_per_epoch} updates of {accumulation} batches each)" if accumulation > 1 else "",
     )
     if init_weights is not None:
-        _load_init_weights(model, init_weights)
+        with placement.scope():
+            _load_init_weights(model, init_weights)
     log_schedule(schedule, total_steps)
     # Decoding and the export run in float32 whatever the training precision (see build_model).
-    decoder = model if cfg.trainer.precision == "float32" else build_model(cfg.model, *sizes, "float32")
+    # A distributed model's variables are spread over devices: the decoder is a copy on this process alone.
+    own = cfg.trainer.precision == "float32" and not placement.distributed
+    decoder = model if own else build_model(cfg.model, *sizes, "float32")
     return Prepared(run, data, vocabularies, texts, train_batches.epoch_rows, train_data, evaluation_data("val"),
-                    evaluation_data, steps_per_epoch, updates_per_epoch, total_steps, schedule, model, decoder)
+                    evaluation_data, steps_per_epoch, updates_per_epoch, total_steps, schedule, model, decoder,
+                    placement, build)
 
 
-def prepared_data(cfg, run, init_run=None):
+def prepared_data(cfg, run, init_run=None, writes=True):
     """The run's prepared data and vocabulary. `data=prepared` reads `data.path`; other corpora are prepared into
     the run's `data/` (kept there, so a resumed run reads them back). The vocabulary is the run's own when it has one
     (resume), else a fine-tuning source's (`init_run`: the weights fit only its vocabulary), else the data's; it is
-    saved in the run's `tokenizer/`."""
+    saved in the run's `tokenizer/` (unless not `writes`: a distributed run's workers other than the chief)."""
     own = Vocabularies.load(run.tokenizer) if Vocabularies.exists(run.tokenizer) else None
     given = own or (Vocabularies.load(RunDir(init_run).tokenizer) if init_run is not None else None)
     if cfg.data.name == "prepared":
@@ -136,7 +147,7 @@ def prepared_data(cfg, run, init_run=None):
         if given is not None and not own:
             logger.info("using the vocabulary of %s (data.tokenizer is not used)", init_run)
         data = prepare_data(cfg, run.data, given)
-    if own is None:
+    if own is None and writes:
         data.vocabularies.save(run.tokenizer)
     elif Vocabularies.exists(run.tokenizer):
         logger.info("reusing the vocabulary in %s", run.tokenizer)

@@ -30,17 +30,23 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         backup_dir: the run's `checkpoints/backup/` (`RunDir(root).checkpoints.backup`).
         batches_per_update: int. `optim.gradient_accumulation_steps`, recorded with the state: a resume with
             another value is refused. Defaults to 1.
+        save_to: a path or None. For a worker other than the chief of a distributed run: it resumes from the
+            state the chief writes in `backup_dir`, and saves its weights here instead (see `fit.build_callbacks`).
     """
 
-    def __init__(self, backup_dir, batches_per_update=1):
+    def __init__(self, backup_dir, batches_per_update=1, save_to=None):
         super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=False)
         self.batches_per_update = batches_per_update
+        self.save_to = save_to
 
     def on_epoch_end(self, epoch, logs=None):
         if finite_loss(logs):
             super().on_epoch_end(epoch, logs)
 
     def _save_model(self):
+        if self.save_to is not None:
+            write_atomically(self.save_to, self.model.save_weights)
+            return
         write_atomically(self._weights_path, self.model.save_weights)
         write_atomically(self._training_metadata_path, json.dumps({
             "epoch": self._current_epoch, "batch": 0, "batches_per_update": self.batches_per_update,
