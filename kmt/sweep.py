@@ -4,6 +4,7 @@ markdown and a plot), and the framework's memory freed after each job."""
 import csv
 import gc
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -103,3 +104,5 @@ class FreeMemory(Callback):
         if "torch" in sys.modules and sys.modules["torch"].cuda.is_available():
             sys.modules["torch"].cuda.empty_cache()
         gc.collect()
+        logger.info("job %s ended: Keras state freed (process %d)", OmegaConf.select(config, "hydra.job.num"),
+                    os.getpid())
