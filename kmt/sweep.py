@@ -1,7 +1,11 @@
-"""Summary of a Hydra multirun: one row per job with its overrides and metrics, as CSV and markdown."""
+"""Hydra callbacks for multiruns: the summary of a sweep (one row per job with its overrides and metrics, as CSV,
+markdown and a plot), and the framework's memory freed after each job."""
 
 import csv
+import gc
 import logging
+import os
+import sys
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
@@ -77,3 +81,28 @@ class SweepSummary(Callback):
         if sweep_dir.is_dir():
             rows = summarize(sweep_dir)
             logger.info("sweep summary of %d jobs: %s", len(rows), sweep_dir / "summary.md")
+
+
+class FreeMemory(Callback):
+    """Hydra callback (`hydra.callbacks` in conf/config.yaml): after each job, drops what Keras and its backend keep
+    between models (Hydra issue 2631: GPU memory held across the jobs of a multirun).
+
+    Hydra's basic launcher, and the Optuna sweeper through it, run every job in the launching process, and joblib's
+    workers take job after job; without this each job's model, optimizer state and compiled functions would stay
+    alive into the next one's. `keras.backend.clear_session` starts Keras's global state afresh (layer names, the
+    dtype policy, TensorFlow's graph and kernel caches), JAX's compilation caches are cleared, PyTorch's CUDA cache
+    emptied, and `gc.collect` releases what the job left behind.
+    """
+
+    def on_job_end(self, config, job_return=None, **kwargs):
+        if "keras" in sys.modules:  # a job that never got as far as Keras has nothing to free
+            import keras
+
+            keras.backend.clear_session(free_memory=True)
+        if "jax" in sys.modules:
+            sys.modules["jax"].clear_caches()
+        if "torch" in sys.modules and sys.modules["torch"].cuda.is_available():
+            sys.modules["torch"].cuda.empty_cache()
+        gc.collect()
+        logger.info("job %s ended: Keras state freed (process %d)", OmegaConf.select(config, "hydra.job.num"),
+                    os.getpid())

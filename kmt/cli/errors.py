@@ -10,11 +10,13 @@ import contextlib
 import itertools
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import IntervalSweep
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -28,6 +30,18 @@ _INFO_FLAGS = {"-h", "--help", "--hydra-help", "--version", "--shell-completion"
 _NOISE = ("To append to your config", "object_type=", "reference_type=", "Set the environment variable",
           "See https://")
 _MAX_SWEEP_JOBS_CHECKED = 256
+# The Hydra plugins behind the launchers and the sweeper (docs/scaling.md): the config each registers, its package,
+# and kmt's extra that installs it.
+_PLUGINS = {
+    "joblib": ("hydra-joblib-launcher", "sweep"),
+    "submitit_local": ("hydra-submitit-launcher", "sweep"),
+    "submitit_slurm": ("hydra-submitit-launcher", "sweep"),
+    "optuna": ("hydra-optuna-sweeper", "sweep"),
+    "ray": ("hydra-ray-launcher", "ray"),
+    "ray_aws": ("hydra-ray-launcher", "ray"),
+}
+_MISSING = re.compile(r"Could not (?:find|load) '(hydra/(?:launcher|sweeper)/(\w+))'")
+_ASKED = re.compile(r"In '(hydra/(?:launcher|sweeper)/\w+)'")
 
 
 def fail(message, exit_code=2):
@@ -46,6 +60,18 @@ def one_line(error):
         lines = lines[: lines.index("Config search path:")]
     lines = [line.rstrip(".:;") for line in lines if not line.startswith(_NOISE)]
     return "; ".join(lines).replace("Available options in", "available options in")
+
+
+def missing_plugin(error):
+    """The one line for a launcher or sweeper whose Hydra plugin is not installed (Hydra only says it cannot find
+    the config the plugin registers), or None for any other error."""
+    missing = _MISSING.search(str(error))
+    if missing is None or missing[2] not in _PLUGINS:
+        return None
+    asked = _ASKED.search(str(error))
+    package, extra = _PLUGINS[missing[2]]
+    choice = "=".join((asked or missing)[1].rsplit("/", 1))
+    return f'{choice} needs the Hydra plugin {package}, which is not installed: pip install "kmt[{extra}]"'
 
 
 def quiet_tensorflow():
@@ -76,14 +102,20 @@ def _overrides(argv):
     return overrides
 
 
+def _choices(override):
+    """The values one override stands for: its own, a sweep's each, or an interval's ends (Optuna's
+    `interval(lo, hi)`, whose values are drawn while the search runs)."""
+    if not override.is_sweep_override():
+        return [override.input_line]
+    sweep = override.value()
+    values = [sweep.start, sweep.end] if isinstance(sweep, IntervalSweep) else override.sweep_string_iterator()
+    return [f"{override.get_key_element()}={value}" for value in values]
+
+
 def _jobs(overrides):
     """Every job of a sweep (`a=1,2 b=3,4` -> 4 override lists); one job when nothing sweeps."""
     parsed = OverridesParser.create().parse_overrides(overrides)
-    choices = [
-        [f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override() else [o.input_line]
-        for o in parsed
-    ]
-    return itertools.islice(itertools.product(*choices), _MAX_SWEEP_JOBS_CHECKED)
+    return itertools.islice(itertools.product(*map(_choices, parsed)), _MAX_SWEEP_JOBS_CHECKED)
 
 
 def _user_config_dir(argv):
@@ -114,12 +146,23 @@ def check_overrides(config_dir, config_name, argv):
         with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
             for job in _jobs(overrides):
                 validate(compose(config_name, overrides=list(job)))
-            _check_output_dir(compose(config_name, overrides=list(next(_jobs(overrides))), return_hydra_config=True),
-                              multirun=bool({"-m", "--multirun"} & set(argv)))
+            first = list(next(_jobs(overrides)))
+            cfg = compose(config_name, overrides=first, return_hydra_config=True)
+            for param in _search_space(cfg):  # a search file's (hparams_search): each value with the rest as given
+                for value in _choices(param):
+                    validate(compose(config_name, overrides=[*first, value]))
+            _check_output_dir(cfg, multirun=bool({"-m", "--multirun"} & set(argv)) or str(cfg.hydra.mode).endswith(
+                "MULTIRUN"))
     except (HydraException, OmegaConfBaseException) as error:
-        fail(one_line(error))
+        fail(missing_plugin(error) or one_line(error))
     except KmtError as error:
         fail(error)
+
+
+def _search_space(cfg):
+    """The sweeper's `hydra.sweeper.params` (the Optuna sweeper's search space), parsed as overrides."""
+    params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
+    return OverridesParser.create().parse_overrides([f"{key}={value}" for key, value in params.items()])
 
 
 def _check_output_dir(cfg, multirun):

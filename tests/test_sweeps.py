@@ -1,0 +1,118 @@
+"""Sweeps through Hydra's launcher and sweeper plugins (the `sweep` extra): each job's process, the summary under
+every launcher, Optuna's search, the memory freed between jobs, and the one line when a plugin is missing."""
+
+import csv
+import os
+import subprocess
+import sys
+
+import keras
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from kmt.cli.configs import config_dir
+from kmt.sweep import FreeMemory
+from tests.helpers import compose_config  # noqa: F401  (registers kmt's config schema)
+
+SMOKE = ("debug=smoke", "trainer.export=false")
+
+
+def _train(*args, timeout=300):
+    """`python -m kmt.cli.train args...` in a process of its own: `(exit status, output, that process's pid)`."""
+    env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "kmt.cli.train", *map(str, args)], env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    finally:
+        process.kill()
+    return process.returncode, output, process.pid
+
+
+def _summary(sweep_dir):
+    with open(sweep_dir / "summary.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def _trainer_pid(job_dir):
+    return int((job_dir / ".lock").read_text())  # RunLock writes the pid of the process that trains the run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["parallel", "slurm_local"])  # joblib's processes; submitit's local executor
+def test_each_job_trains_in_a_process_of_its_own_and_the_sweep_gets_one_summary(tmp_path, launcher):
+    status, output, launcher_pid = _train("-m", f"hydra/launcher={launcher}", "optim.lr_scale=1,2", *SMOKE,
+                                          f"hydra.sweep.dir={tmp_path}")
+    assert status == 0, output[-3000:]
+    jobs = [tmp_path / "0", tmp_path / "1"]
+    assert all((job / "metrics.json").exists() for job in jobs)
+    pids = {_trainer_pid(job) for job in jobs}
+    assert len(pids) == 2 and launcher_pid not in pids
+    rows = _summary(tmp_path)
+    assert [(row["job"], row["status"]) for row in rows] == [("0", "ok"), ("1", "ok")]
+    assert [row["overrides"].split()[0] for row in rows] == ["optim.lr_scale=1", "optim.lr_scale=2"]
+    assert (tmp_path / "summary.md").exists() and (tmp_path / "summary.png").exists()
+
+
+@pytest.mark.slow
+def test_optuna_search_writes_its_best_parameters_and_the_summary(tmp_path):
+    # The recipes' search file, 3 trials at smoke size; Hydra's basic launcher runs them one after another in the
+    # launching process, so FreeMemory runs after each.
+    status, output, launcher_pid = _train("hparams_search=multi30k_optuna", "hydra.sweeper.n_trials=3", *SMOKE,
+                                          f"hydra.sweep.dir={tmp_path}")
+    assert status == 0, output[-3000:]
+    rows = _summary(tmp_path)
+    assert [row["status"] for row in rows] == ["ok"] * 3
+    results = OmegaConf.load(tmp_path / "optimization_results.yaml")
+    space = {"optim.lr_scale", "optim.warmup_steps", "model.dropout", "optim.label_smoothing"}
+    assert set(results["best_params"]) == space
+    assert results["best_value"] == max(float(row["val.bleu"]) for row in rows)  # maximize the val BLEU
+    best = next(row for row in rows if float(row["val.bleu"]) == results["best_value"])
+    assert {f"{key}={value}" for key, value in results["best_params"].items()} <= set(best["overrides"].split())
+    assert {_trainer_pid(tmp_path / str(job)) for job in range(3)} == {launcher_pid}
+    for job in range(3):
+        assert f"job {job} ended: Keras state freed (process {launcher_pid})" in output
+
+
+def test_free_memory_starts_keras_afresh_after_a_job():
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        cfg = compose("config", overrides=["debug=smoke"], return_hydra_config=True)
+    assert cfg.hydra.callbacks.free_memory._target_ == "kmt.sweep.FreeMemory"  # what conf/config.yaml registers
+    [keras.layers.Dense(1) for _ in range(3)]
+    assert keras.layers.Dense(1).name != "dense"
+    FreeMemory().on_job_end(cfg)
+    assert keras.layers.Dense(1).name == "dense"  # Keras's global state (names, dtype policy) starts over
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "choice, plugin, line",
+    [
+        ("hydra/launcher=joblib", "hydra_joblib_launcher",
+         'hydra/launcher=joblib needs the Hydra plugin hydra-joblib-launcher, which is not installed: '
+         'pip install "kmt[sweep]"'),
+        ("hydra/launcher=slurm", "hydra_submitit_launcher",
+         'hydra/launcher=slurm needs the Hydra plugin hydra-submitit-launcher, which is not installed: '
+         'pip install "kmt[sweep]"'),
+        ("hparams_search=multi30k_optuna", "hydra_optuna_sweeper",
+         'hydra/sweeper=optuna needs the Hydra plugin hydra-optuna-sweeper, which is not installed: '
+         'pip install "kmt[sweep]"'),
+        ("hydra/launcher=ray_cluster", "hydra_ray_launcher",
+         'hydra/launcher=ray_cluster needs the Hydra plugin hydra-ray-launcher, which is not installed: '
+         'pip install "kmt[ray]"'),
+    ],
+)
+def test_a_launcher_or_sweeper_without_its_plugin_is_one_line_before_any_data_is_read(tmp_path, choice, plugin,
+                                                                                      line):
+    # The plugin made unimportable (None in sys.modules), as where it was never installed: Hydra's plugin scan
+    # then never registers its configs.
+    sweep_dir = tmp_path / "sweep"
+    code = (f"import sys; sys.modules['hydra_plugins.{plugin}'] = None; "
+            f"sys.argv = ['kmt-train', '-m', '{choice}', 'debug=smoke', 'hydra.sweep.dir={sweep_dir}']; "
+            "from kmt.cli.train import main; main()")
+    env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"error: {line}"]
+    assert not sweep_dir.exists()
