@@ -104,5 +104,6 @@ class FreeMemory(Callback):
         if "torch" in sys.modules and sys.modules["torch"].cuda.is_available():
             sys.modules["torch"].cuda.empty_cache()
         gc.collect()
-        logger.info("job %s ended: Keras state freed (process %d)", OmegaConf.select(config, "hydra.job.num"),
-                    os.getpid())
+        number = OmegaConf.select(config, "hydra.job.num")
+        if number is not None:  # a multirun's job (a single run's process ends here anyway)
+            logger.info("job %s ended: Keras state freed (process %d)", number, os.getpid())

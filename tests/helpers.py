@@ -18,12 +18,13 @@ def compose_config(*overrides):
         return compose("config", overrides=["debug=smoke", *overrides])
 
 
-def run_cli(module, *args, cwd=None, input=None, timeout=600, native_logs=False):
-    """Runs `python -m kmt.cli.<module> args...` in a fresh process; returns the CompletedProcess.
+def run_cli(module, *args, cwd=None, input=None, timeout=600, native_logs=False, env=None):
+    """Runs `python -m kmt.cli.<module> args...` in a fresh process, with the variables of `env` added to the
+    environment; returns the CompletedProcess.
 
     TensorFlow's native log lines are off (`TF_CPP_MIN_LOG_LEVEL=3`) unless `native_logs`, which leaves the level
     to kmt (its default, 2, as a user gets it)."""
-    env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
+    env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"} | (env or {})
     if native_logs:
         del env["TF_CPP_MIN_LOG_LEVEL"]
     return subprocess.run(

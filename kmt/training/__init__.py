@@ -21,11 +21,13 @@ def train(cfg, run_dir):
     from kmt.training.fit import fit
     from kmt.training.prepare import prepare
 
-    from kmt.training.distribute import check, worker
+    from kmt.training.distribute import check, quiet_worker, worker
 
     run_dir = Path(run_dir)
     config_lib.validate(cfg)
     check(cfg)
+    if worker(cfg):
+        quiet_worker(cfg)
     # A distributed run's workers share the run directory, which only the chief (process 0) writes and locks.
     with RunLock(run_dir) if not worker(cfg) else contextlib.nullcontext():
         prepared = prepare(cfg, run_dir)

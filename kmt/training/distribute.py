@@ -126,8 +126,6 @@ def place(cfg):
                 f", this is process {placement.index}" if placement.processes > 1 else "")
     if placement.replicas == 1:
         logger.warning("trainer.distribute=%s found one device: training as trainer.distribute=none would", mode)
-    if not placement.chief:
-        quiet_worker(cfg)
     return placement
 
 
