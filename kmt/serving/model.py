@@ -14,7 +14,7 @@ from kmt.errors import KmtError
 
 @dataclasses.dataclass(frozen=True)
 class Signature:
-    """The input and output names of one signature; every input is a batch of strings, `[None]`."""
+    """The input and output names of one signature, sorted; every input is a batch of strings, `[None]`."""
 
     inputs: tuple
     outputs: tuple
@@ -49,8 +49,8 @@ class SavedModelRunner:
         if "translate" not in self._functions:
             raise KmtError(f"{path} has no 'translate' signature; was it exported by kmt?")
         self.signatures = {
-            name: Signature(inputs=tuple(function.structured_input_signature[1]),
-                            outputs=tuple(function.structured_outputs))
+            name: Signature(inputs=tuple(sorted(function.structured_input_signature[1])),
+                            outputs=tuple(sorted(function.structured_outputs)))
             for name, function in self._functions.items()
         }
 
