@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -267,3 +268,17 @@ def test_sigterm_answers_every_queued_request_then_exits_0(smoke_run, serial):
     with pytest.raises(OSError):  # and nothing listens any more
         urllib.request.urlopen(server.url + "/healthz", timeout=5)
     assert sum("/translate\" 200" in line for line in server.lines) == 32
+
+
+def test_load_bench_runs_batching_and_no_batching_side_by_side(smoke_run):
+    result = subprocess.run(
+        [sys.executable, "bench/serve_load.py", "--export", str(smoke_run / "export"), "--clients", "1,3",
+         "--requests", "6", "--max-seconds", "20"], capture_output=True, text=True, timeout=300, env=_env(),
+        cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["exit_codes"] == {"batching": 0, "no batching": 0}
+    rows = {(row["clients"], row["mode"]): row for row in report["rows"]}
+    assert set(rows) == {(c, m) for c in (1, 3) for m in ("batching", "no batching")}
+    assert all(row["requests"] == 6 and row["failed"] == 0 for row in rows.values())
+    assert rows[1, "no batching"]["mean batch"] == rows[3, "no batching"]["mean batch"] == 1

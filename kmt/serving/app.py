@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
-from kmt.serving.batching import Batcher, QueueFull, Unbatched
+from kmt.serving.batching import Batcher, DecodingFailed, QueueFull, Unbatched
 from kmt.serving.metrics import Metrics
 from kmt.serving.model import load_model
 from kmt.serving.protocol import RequestError, parse_json, parse_predict, parse_translate, predict_response
@@ -74,7 +74,7 @@ def create_app(model_path, settings, on_load_failure=lambda: None):
         Route("/readyz", state.readyz, methods=["GET"]),
         Route("/metrics", state.metrics_text, methods=["GET"]),
     ]
-    handlers = {RequestError: _error_response, HTTPException: _http_error}
+    handlers = {RequestError: _error_response, HTTPException: _http_error, Exception: _internal_error}
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
     return AccessLog(app, state.metrics)
 
@@ -151,7 +151,7 @@ class _State:
         except TimeoutError:
             raise RequestError(504, f"the request was not answered within --request-timeout-s "
                                     f"{settings.request_timeout_s:g}") from None
-        except RuntimeError as error:
+        except DecodingFailed as error:
             raise RequestError(500, str(error)) from None
 
 
@@ -180,6 +180,11 @@ async def _load(state, model_path, on_load_failure):
 
 def _error_response(request, error):
     return JSONResponse({"error": error.message}, status_code=error.status, headers=error.headers)
+
+
+def _internal_error(request, error):
+    """Anything else is a bug: logged with its traceback (by uvicorn), answered in one line."""
+    return JSONResponse({"error": f"internal error: {type(error).__name__}"}, status_code=500)
 
 
 def _http_error(request, error):

@@ -26,6 +26,10 @@ class QueueFull(Exception):
     """The queue has no room for a request's sentences."""
 
 
+class DecodingFailed(Exception):
+    """The model raised while decoding a request's batch (logged with its traceback)."""
+
+
 class _Counted:
     def __init__(self, model, max_queue, on_batch):
         self._model, self.max_queue, self._on_batch = model, max_queue, on_batch or (lambda size: None)
@@ -56,10 +60,13 @@ class Unbatched(_Counted):
         self._reserve(count)
         try:
             outputs = await asyncio.to_thread(self._model.run, signature, inputs)
-            self._on_batch(count)
-            return outputs
+        except Exception as error:
+            logger.exception("decoding a request of %d failed", count)
+            raise DecodingFailed(f"decoding failed: {' '.join(str(error).split())}") from None
         finally:
             self.depth -= count
+        self._on_batch(count)
+        return outputs
 
 
 @dataclasses.dataclass
@@ -163,7 +170,8 @@ class Batcher(_Counted):
             logger.exception("decoding a batch of %d failed", len(batch))
             for sentence in batch:
                 if not sentence.request.future.done():
-                    sentence.request.future.set_exception(RuntimeError(f"decoding failed: {error}"))
+                    sentence.request.future.set_exception(
+                        DecodingFailed(f"decoding failed: {' '.join(str(error).split())}"))
         else:
             for row, sentence in enumerate(batch):
                 sentence.request.put(sentence.index, {name: values[row] for name, values in outputs.items()})
