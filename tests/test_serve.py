@@ -236,6 +236,14 @@ def test_mistakes_in_the_command_line_stop_in_one_line(capsys, smoke_run, tmp_pa
     assert (code, line) == (2, f"error: cannot listen on 127.0.0.1:{port}: Address already in use")
 
 
+def wait_for_depth(server, depth, timeout=10):
+    """Waits until the server holds `depth` sentences not yet answered."""
+    deadline = time.monotonic() + timeout
+    while f"kmt_queue_depth {depth}\n" not in server.get("/metrics")[2]:
+        assert time.monotonic() < deadline, f"the queue never held {depth} sentences"
+        time.sleep(0.05)
+
+
 def test_full_queue_gets_503_and_a_slow_request_504(smoke_run):
     """A batch that waits 3 s for company holds the queue (two sentences) past the 1 s request timeout."""
     server = Server(smoke_run / "export", "--max-queue", "2", "--max-sentences", "2", "--batch-timeout-ms", "3000",
@@ -243,9 +251,7 @@ def test_full_queue_gets_503_and_a_slow_request_504(smoke_run):
     try:
         with ThreadPoolExecutor(1) as pool:
             first = pool.submit(server.post, "/translate", {"text": SENTENCES[:2]})
-            deadline = time.monotonic() + 10
-            while "kmt_queue_depth 2" not in server.get("/metrics")[2] and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for_depth(server, 2)
             status, headers, body = server.post("/translate", {"text": SENTENCES[2:3]})
             assert (status, headers["retry-after"]) == (503, "1") and "--max-queue 2" in body["error"], body
             status, _, body = first.result(timeout=30)
@@ -255,12 +261,10 @@ def test_full_queue_gets_503_and_a_slow_request_504(smoke_run):
 
 
 def test_sigterm_answers_every_queued_request_then_exits_0(smoke_run, serial):
-    server = Server(smoke_run / "export", "--batch-timeout-ms", "2000", "--max-batch-size", "64")
+    server = Server(smoke_run / "export", "--batch-timeout-ms", "4000", "--max-batch-size", "64")
     with ThreadPoolExecutor(32) as pool:
         answers = [pool.submit(server.post, "/translate", {"text": [s]}) for s in SENTENCES]
-        deadline = time.monotonic() + 10
-        while "kmt_queue_depth 32" not in server.get("/metrics")[2] and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for_depth(server, 32)  # every request queued, in one batch that waits for more
         assert server.stop() == 0
         for sentence, answer in zip(SENTENCES, answers):
             status, _, body = answer.result(timeout=30)
