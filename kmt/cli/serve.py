@@ -1,0 +1,121 @@
+"""`kmt-serve EXPORT_DIR`: serve a kmt export over HTTP, speaking TensorFlow Serving's REST API.
+
+A client written against `tensorflow_model_server --rest_api_port=8501 --model_name=kmt` works unchanged:
+
+    curl -s -X POST http://127.0.0.1:8501/v1/models/kmt:predict \\
+        -d '{"signature_name": "translate", "instances": ["Tuesday, March 5, 1996"]}'
+    curl -s -X POST http://127.0.0.1:8501/translate -d '{"text": ["7 May 1971"]}'
+
+Routes: POST /v1/models/NAME:predict (row "instances" or columnar "inputs"), GET /v1/models/NAME (status),
+POST /translate, GET /healthz, GET /readyz (once the model is loaded and warmed), GET /metrics (Prometheus text).
+
+Concurrent requests are gathered into batches of up to --max-batch-size sentences, waiting at most
+--batch-timeout-ms after the first, sorted by length and decoded together; each request gets its own lines. A full
+queue answers 503 with Retry-After; a request over a limit, 400 naming it. SIGTERM (or Ctrl-C) stops accepting
+connections, answers every request already received, then exits 0. docs/serving.md has the details.
+
+Examples:
+    kmt-serve runs/dates/<time>/export
+    kmt-serve runs/multi30k/<time>/export --host 0.0.0.0 --port 8080 --max-batch-size 64 --batch-timeout-ms 10
+"""
+
+import argparse
+import logging
+import signal
+import socket
+
+from kmt.cli.common import setup_logging
+from kmt.cli.errors import exit_on_user_error, fail
+
+logger = logging.getLogger("kmt.serving")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="kmt-serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("export_dir", metavar="EXPORT_DIR", help="a kmt SavedModel export (a run's export/)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on; 0.0.0.0 for every interface (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8501, help="port; 0 picks a free one, logged at start (default: 8501, TensorFlow Serving's REST "
+                             "port)")
+    parser.add_argument("--model-name", default="kmt",
+                        help="the NAME in /v1/models/NAME, as tensorflow_model_server's --model_name (default: kmt)")
+    parser.add_argument("--max-batch-size", type=int, default=32,
+                        help="most sentences decoded in one batch (default: 32)")
+    parser.add_argument("--batch-timeout-ms", type=float, default=5.0,
+                        help="longest wait for a batch to fill after its first sentence arrives (default: 5)")
+    parser.add_argument("--max-queue", type=int, default=1024,
+                        help="most sentences accepted and not yet answered; beyond it a request gets 503 with "
+                             "Retry-After (default: 1024)")
+    parser.add_argument("--request-timeout-s", type=float, default=30.0,
+                        help="a request not answered within this gets 504 (default: 30)")
+    parser.add_argument("--max-sentences", type=int, default=64,
+                        help="most sentences in one request (default: 64)")
+    parser.add_argument("--max-chars", type=int, default=1000,
+                        help="most characters in one sentence (default: 1000)")
+    parser.add_argument("--no-batching", action="store_true",
+                        help="decode each request alone, as it arrives (for comparison: bench/serve_load.py)")
+    args = parser.parse_args(argv)
+    for name in ("max_batch_size", "max_queue", "max_sentences", "max_chars"):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive. Received: {getattr(args, name)}")
+    for name in ("batch_timeout_ms", "request_timeout_s"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')} must not be negative. Received: {getattr(args, name)}")
+    if args.max_queue < args.max_sentences:
+        parser.error(f"--max-queue must hold one request of --max-sentences. Received: --max-queue "
+                     f"{args.max_queue}, --max-sentences {args.max_sentences}")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    setup_logging(verbose=True)
+    with exit_on_user_error():
+        from kmt.serving.model import check_model_path
+
+        check_model_path(args.export_dir)
+    import uvicorn
+
+    from kmt.serving.app import Settings, create_app
+
+    settings = Settings(model_name=args.model_name, max_batch_size=args.max_batch_size,
+                        batch_timeout_ms=args.batch_timeout_ms, max_queue=args.max_queue,
+                        request_timeout_s=args.request_timeout_s, max_sentences=args.max_sentences,
+                        max_chars=args.max_chars, batching=not args.no_batching)
+    failed = []
+
+    def on_load_failure():
+        failed.append(True)
+        server.should_exit = True
+
+    app = create_app(args.export_dir, settings, on_load_failure)
+    config = uvicorn.Config(app, log_config=None, access_log=False,
+                            timeout_graceful_shutdown=args.request_timeout_s + 5)
+    server = uvicorn.Server(config)
+    listening = _listen(args.host, args.port)
+    logger.info("listening on http://%s:%d (model name %s)", args.host, listening.getsockname()[1], args.model_name)
+    # uvicorn re-raises a stopping signal once it has shut down gracefully; with these handlers that ends the
+    # process with status 0 rather than by the signal.
+    for stop in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop, lambda number, frame: None)
+    server.run(sockets=[listening])
+    if failed:
+        raise SystemExit(1)
+
+
+def _listen(host, port):
+    """A socket bound to `host`:`port` (uvicorn listens on it), or a one-line error before the model loads."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listening = socket.socket(family, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listening.bind((host, port))
+    except OSError as error:
+        fail(f"cannot listen on {host}:{port}: {error.strerror or error}")
+    return listening
+
+
+if __name__ == "__main__":
+    main()

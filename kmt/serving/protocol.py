@@ -1,0 +1,115 @@
+"""Request and response bodies: TensorFlow Serving's REST predict API and kmt's plain `/translate`.
+
+TensorFlow Serving's two request formats (its REST API reference), for a signature whose inputs are `[None]`
+strings:
+
+- row: `{"signature_name": S, "instances": [...]}`, one instance per sentence: a string when the signature has one
+  input (`"7 May 1971"`, or `{"text": "7 May 1971"}`), else an object naming every input
+  (`{"source": ..., "target": ...}`). The answer is `{"predictions": [...]}`, one per instance: an object of the
+  outputs, or the bare value when the signature has one output.
+- columnar: `{"signature_name": S, "inputs": ...}`: a list of strings when the signature has one input, else an
+  object of equally long lists. The answer is `{"outputs": {name: [...]}}`, or the bare list for one output.
+
+`signature_name` defaults to `serving_default`. Anything else is a `RequestError` with its HTTP status and one line.
+"""
+
+import json
+
+DEFAULT_SIGNATURE = "serving_default"
+
+
+class RequestError(Exception):
+    """A request the server refuses: `status` (HTTP), `message` (one line) and extra response `headers`."""
+
+    def __init__(self, status, message, headers=None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers or {}
+
+
+def parse_json(body):
+    """The JSON object in `body` (bytes), or a 400 `RequestError`."""
+    try:
+        value = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise RequestError(400, f"malformed JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise RequestError(400, f"the request body must be a JSON object. Received: {type(value).__name__}")
+    return value
+
+
+def parse_predict(body, signatures):
+    """`(signature name, {input: [str, ...]}, "row" or "columnar")` from a predict request's JSON object."""
+    name = body.get("signature_name", DEFAULT_SIGNATURE)
+    if not isinstance(name, str):
+        raise RequestError(400, f"signature_name must be a string. Received: {type(name).__name__}")
+    if name not in signatures:
+        raise RequestError(404, f"signature '{name}' not found; the model has: {', '.join(sorted(signatures))}")
+    unknown = set(body) - {"signature_name", "instances", "inputs"}
+    if unknown:
+        raise RequestError(400, f"unknown request fields: {', '.join(sorted(unknown))}")
+    if ("instances" in body) == ("inputs" in body):
+        raise RequestError(400, "the request must hold exactly one of 'instances' (row format) or 'inputs' "
+                                "(columnar format)")
+    names = signatures[name].inputs
+    if "instances" in body:
+        return name, _rows(body["instances"], names), "row"
+    return name, _columns(body["inputs"], names), "columnar"
+
+
+def parse_translate(body):
+    """The sentences of a `/translate` request, `{"text": [str, ...]}`."""
+    unknown = set(body) - {"text"}
+    if unknown or "text" not in body:
+        raise RequestError(400, "a /translate request is {\"text\": [sentences]}"
+                                + (f"; unknown fields: {', '.join(sorted(unknown))}" if unknown else ""))
+    return _strings(body["text"], "text")
+
+
+def predict_response(outputs, form, count):
+    """The response object for `outputs` ({output: list of `count` values}) in the request's `form`."""
+    if form == "columnar":
+        return {"outputs": next(iter(outputs.values())) if len(outputs) == 1 else outputs}
+    if len(outputs) == 1:
+        return {"predictions": next(iter(outputs.values()))}
+    return {"predictions": [{key: values[i] for key, values in outputs.items()} for i in range(count)]}
+
+
+def _rows(instances, names):
+    if not isinstance(instances, list):
+        raise RequestError(400, f"'instances' must be a list. Received: {type(instances).__name__}")
+    columns = {key: [] for key in names}
+    for i, instance in enumerate(instances):
+        if len(names) == 1 and not isinstance(instance, dict):
+            instance = {names[0]: instance}
+        if not isinstance(instance, dict) or set(instance) != set(names):
+            shown = sorted(instance) if isinstance(instance, dict) else type(instance).__name__
+            raise RequestError(400, f"instances[{i}] must be an object with the inputs {', '.join(names)}. "
+                                    f"Received: {shown}")
+        for key in names:
+            columns[key].append(_string(instance[key], f"instances[{i}].{key}"))
+    return columns
+
+
+def _columns(inputs, names):
+    if len(names) == 1 and not isinstance(inputs, dict):
+        inputs = {names[0]: inputs}
+    if not isinstance(inputs, dict) or set(inputs) != set(names):
+        shown = sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__
+        raise RequestError(400, f"'inputs' must be an object with the inputs {', '.join(names)}. Received: {shown}")
+    columns = {key: _strings(inputs[key], f"inputs.{key}") for key in names}
+    lengths = {key: len(values) for key, values in columns.items()}
+    if len(set(lengths.values())) > 1:
+        raise RequestError(400, f"every input must have the same length. Received: {lengths}")
+    return columns
+
+
+def _strings(values, where):
+    if not isinstance(values, list):
+        raise RequestError(400, f"{where} must be a list of strings. Received: {type(values).__name__}")
+    return [_string(value, f"{where}[{i}]") for i, value in enumerate(values)]
+
+
+def _string(value, where):
+    if not isinstance(value, str):
+        raise RequestError(400, f"{where} must be a string. Received: {type(value).__name__}")
+    return value
