@@ -120,15 +120,19 @@ class CT2Translator:
         target_pieces = pieces(self.vocabularies.target)
         self.target_ids = {piece: i for i, piece in enumerate(target_pieces)}
         self.pad_piece = target_pieces[PAD_ID]
-        self.translator = ctranslate2.Translator(str(path), device=device, compute_type=compute_type,
-                                                 inter_threads=inter_threads, intra_threads=intra_threads)
+        try:
+            self.translator = ctranslate2.Translator(str(path), device=device, compute_type=compute_type,
+                                                     inter_threads=inter_threads, intra_threads=intra_threads)
+        except (ValueError, RuntimeError) as error:  # an unknown device or type, no GPU, a damaged model.bin
+            raise KmtError(f"CTranslate2 cannot load {path} on device {device!r} with compute type "
+                           f"{compute_type!r}: {error}") from None
 
     def search(self, sources, beam_size=None, length_penalty=None, max_length=None):
         """Best translation of each row of source ids (lists or arrays, no start or end token): `(ids, scores)`, a
         list of int lists without start or end token and a list of float scores (greedy: the sum of the
         log-probabilities, the end token's included; beam: divided by CTranslate2's length penalty).
 
-        Rows are cut to `max_length` tokens. `beam_size` and `length_penalty` default to the export's settings,
+        Rows are cut to the model's `max_length` tokens. `beam_size` and `length_penalty` default to the export's settings,
         `max_length` (the most tokens a sentence's output may hold) to the model's. An empty row gives `[]`, 0.
         """
         settings = self.settings
@@ -139,26 +143,36 @@ class CT2Translator:
         limits = [decode_length(len(row), max_length, settings["max_length_a"], settings["max_length_b"])
                   for row in rows]
         results = [([], 0.0)] * len(rows)
-        pending = [i for i, row in enumerate(rows) if row]
+        search = dict(beam_size=beam_size, length_penalty=length_penalty if beam_size > 1 else 0)  # CTranslate2
+        # would divide greedy scores by the length penalty too
+        padded = self._search_rows(rows, limits, [i for i, row in enumerate(rows) if row], results, search)
+        # kmt never emits the pad token. Suppressing it in CTranslate2 would renormalise the other tokens'
+        # probabilities (kmt leaves pad's share out instead), so only a sentence that emitted it is decoded again.
+        self._search_rows(rows, limits, padded, results, dict(search, suppress_sequences=[[self.pad_piece]]))
+        return [ids for ids, _ in results], [score for _, score in results]
+
+    def _search_rows(self, rows, limits, pending, results, search):
+        """Decodes `rows[i]` for each i in `pending` into `results[i]`; returns those whose output holds the pad
+        token (and only when `search` does not suppress it)."""
+        padded = []
         while pending:
             # One call at the batch's longest limit; a sentence whose output runs past its own (shorter) limit is
             # decoded again with that limit, with the others that share it. Greedy search stops where kmt's does.
             limit = max(limits[i] for i in pending)
-            outputs = self.translator.translate_batch(
-                [rows[i] for i in pending], beam_size=beam_size,
-                length_penalty=length_penalty if beam_size > 1 else 0,  # it would divide greedy scores too
-                max_decoding_length=limit, min_decoding_length=0, max_input_length=0, return_scores=True,
-                suppress_sequences=[[self.pad_piece]],
-            )
+            outputs = self.translator.translate_batch([rows[i] for i in pending], max_decoding_length=limit,
+                                                      min_decoding_length=0, max_input_length=0, return_scores=True,
+                                                      **search)
             overlong = []
             for i, output in zip(pending, outputs):
                 tokens = output.hypotheses[0]
                 if limits[i] < limit and len(tokens) >= limits[i]:
                     overlong.append(i)  # its own limit would have stopped it sooner: decode it again with that
+                elif self.pad_piece in tokens and "suppress_sequences" not in search:
+                    padded.append(i)
                 else:
                     results[i] = ([self.target_ids[t] for t in tokens], float(output.scores[0]))
             pending = overlong  # their longest limit is below this call's: the loop ends
-        return [ids for ids, _ in results], [score for _, score in results]
+        return padded
 
     def translate(self, lines, beam_size=None, length_penalty=None, max_length=None):
         """Translates a list of str: `(translations, scores)`. Inputs are cut to the model's `max_length` tokens;
