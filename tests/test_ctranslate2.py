@@ -28,15 +28,16 @@ DATES = ["Tuesday, March 5, 1996", "5 march 96", "12/31/1999", "the third of May
 SEARCH = {"beam_size": 1, "length_penalty": 0.6, "max_length_a": 1.5, "max_length_b": 10}
 
 
-def kmt_greedy(model, rows, max_length_a, max_length_b):
-    """kmt's own greedy search (what the SavedModel runs) on rows of ids: a list of id lists, end token and pad
-    dropped, and the scores."""
+def kmt_search(model, rows, max_length_a, max_length_b, beam_size=1, length_penalty=0.0):
+    """kmt's own search (what the SavedModel runs) on rows of ids: a list of id lists, end token and pad dropped,
+    and the scores."""
     max_length = model.transformer_parts.max_length
     rows = [row[:max_length] for row in rows]
     source = np.full((len(rows), max(1, *map(len, rows))), PAD_ID, np.int32)
     for i, row in enumerate(rows):
         source[i, : len(row)] = row
-    tokens, scores = search_ids(model, source, max_length_a=max_length_a, max_length_b=max_length_b)
+    tokens, scores = search_ids(model, source, max_length_a=max_length_a, max_length_b=max_length_b,
+                                beam_size=beam_size, length_penalty=length_penalty)
     tokens, scores = keras.ops.convert_to_numpy(tokens), keras.ops.convert_to_numpy(scores)
     ids = [[int(t) for t in row if t not in (PAD_ID, END_ID)] for row in tokens]
     return [row if len(source_row) else [] for row, source_row in zip(ids, rows)], scores
@@ -45,7 +46,7 @@ def kmt_greedy(model, rows, max_length_a, max_length_b):
 def assert_same_greedy(model, vocabularies, sentences, directory, decode=SEARCH, check_scores=True):
     export_ctranslate2(model, vocabularies, decode, directory)
     rows = vocabularies.source.encode(sentences)
-    expected, expected_scores = kmt_greedy(model, rows, decode["max_length_a"], decode["max_length_b"])
+    expected, expected_scores = kmt_search(model, rows, decode["max_length_a"], decode["max_length_b"])
     ids, scores = CT2Translator(directory, compute_type="float32").search(rows, beam_size=1)
     assert ids == expected  # token for token, every sentence stopped where kmt stops it
     assert sum(map(len, ids)) > len(ids)  # the model emitted tokens, not end tokens only
@@ -72,6 +73,10 @@ def test_dates_run_greedy_is_kmts_token_for_token(smoke_run, tmp_path):
     cfg, vocabularies, model = load_run_model(smoke_run)
     assert not cfg.model.norm_first and cfg.model.shared_embeddings and cfg.model.tied_output
     assert_same_greedy(model, vocabularies, DATES, tmp_path / "ct2", cfg.decode)
+    # Beam search differs only in the length penalty's formula: with alpha 0 (none) the beams are kmt's too.
+    rows = vocabularies.source.encode(DATES)
+    expected, _ = kmt_search(model, rows, cfg.decode.max_length_a, cfg.decode.max_length_b, beam_size=3)
+    assert CT2Translator(tmp_path / "ct2").search(rows, beam_size=3, length_penalty=0.0)[0] == expected
 
 
 @pytest.mark.slow
