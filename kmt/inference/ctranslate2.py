@@ -132,8 +132,9 @@ class CT2Translator:
         list of int lists without start or end token and a list of float scores (greedy: the sum of the
         log-probabilities, the end token's included; beam: divided by CTranslate2's length penalty).
 
-        Rows are cut to the model's `max_length` tokens. `beam_size` and `length_penalty` default to the export's settings,
-        `max_length` (the most tokens a sentence's output may hold) to the model's. An empty row gives `[]`, 0.
+        Rows are cut to the model's `max_length` tokens. `beam_size` and `length_penalty` default to the export's
+        settings, `max_length` (the most tokens a sentence's output may hold) to the model's. An empty row gives
+        `[]`, 0.
         """
         settings = self.settings
         beam_size = beam_size or settings["beam_size"]
