@@ -1,7 +1,10 @@
-"""Decoding speed through the exported SavedModel: greedy and beam 4, each with and without the key/value cache.
+"""Decoding speed through the exported SavedModel: greedy and beam 4, each with and without the key/value cache; or,
+with --ctranslate2, the SavedModel against CTranslate2 float32 and int8 (greedy and beam 5), with tokenized BLEU.
 
     python bench/decode_speed.py runs/multi30k_en_de/<time>
     python bench/decode_speed.py RUN_DIR --source my.en --sentences 200 --batch-sizes 1,64 --repeats 3
+    python bench/decode_speed.py RUN_DIR --ctranslate2 --source $KMT_DATA_DIR/multi30k/test_2016_flickr.en \
+        --tokenized-reference $KMT_DATA_DIR/multi30k/tok/test_2016_flickr.lc.norm.tok.de
 
 The run's model (its last epoch checkpoint) is exported four times with `kmt.inference.translator.Translator`, the
 search settings taken from the run's `decode` section except the beam size and the cache; each SavedModel is reloaded
@@ -16,6 +19,13 @@ run's target vocabulary: the signature returns text, not ids, so this is the can
 the output, which matches the ids the decoder emitted except where it emitted a non-canonical segmentation, and it
 leaves out the end token. The cached and uncached variants must give the same translations; the JSON line says
 whether they did.
+
+With --ctranslate2 the run's model is also written as two CTranslate2 directories (`kmt.inference.ctranslate2`:
+float32, and int8 weights run as int8), decoded by `CT2Translator` with as many threads as there are cores, the
+SavedModels' search settings and the same alpha (CTranslate2 divides by length^alpha, the SavedModel by GNMT's
+((5 + length) / 6)^alpha: beam outputs may differ). Every variant gets the same list of str and returns str. With
+--tokenized-reference (aligned with the sentences, before any --min-source-tokens selection) each variant's
+translations at the largest batch size are scored with tokenized BLEU (`kmt.metrics.tokenized_bleu`).
 
 Sentences come from `--source`, or else from the run's own validation split (`kmt.data.load_corpus` on its
 `config.yaml`, never downloading). Multi30k val sentences are short; raise `--min-source-tokens` until the reported
@@ -39,6 +49,12 @@ VARIANTS = {  # name -> (beam size, use_cache)
     f"beam{BEAM_SIZE} cached": (BEAM_SIZE, True),
     f"beam{BEAM_SIZE} uncached": (BEAM_SIZE, False),
 }
+CT2_BEAM_SIZE = 5
+CT2_VARIANTS = {  # name -> (engine, beam size): the SavedModel (cached), or CTranslate2 with weights of a type
+    f"{engine} {search}": (engine, beam_size)
+    for search, beam_size in [("greedy", 1), (f"beam{CT2_BEAM_SIZE}", CT2_BEAM_SIZE)]
+    for engine in ("SavedModel", "CT2 float32", "CT2 int8")
+}
 SEARCH_KEYS = ("length_penalty", "max_length_a", "max_length_b")
 
 
@@ -51,7 +67,12 @@ def parse_args(argv=None):
                         help="use only sentences of at least this many source subword tokens (default: 0)")
     parser.add_argument("--batch-sizes", default="1,64", help="comma-separated batch sizes (default: 1,64)")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes over the sentences (default: 3)")
-    parser.add_argument("--out", help="where to write the four SavedModels (default: a temporary directory)")
+    parser.add_argument("--out", help="where to write the exports (default: a temporary directory)")
+    parser.add_argument("--ctranslate2", action="store_true",
+                        help="compare the SavedModel with CTranslate2 float32 and int8, greedy and beam 5")
+    parser.add_argument("--tokenized-reference",
+                        help="tokenized, lowercased references aligned with the sentences (Multi30k's tok/ files): "
+                             "report each variant's tokenized BLEU")
     args = parser.parse_args(argv)
     try:
         args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
@@ -66,7 +87,8 @@ def parse_args(argv=None):
 
 
 def pick_sentences(args, cfg, vocabularies):
-    """The first `--sentences` lines of `--source` or the run's val split with enough source tokens."""
+    """The first `--sentences` lines of `--source` or the run's val split with enough source tokens, their mean
+    source length, and their line numbers."""
     from kmt.data import load_corpus
     from kmt.data.sources import read_lines
     from kmt.errors import DataError
@@ -79,30 +101,51 @@ def pick_sentences(args, cfg, vocabularies):
             lines = load_corpus(cfg.data)["val"].source
         except DataError as error:
             raise DataError(f"cannot read the run's val split ({error}); pass --source") from None
-    lines = [line for line in lines if line.strip()]
-    lengths = vocabularies.source.tokenize(lines).row_lengths().numpy()
-    chosen = [(line, n) for line, n in zip(lines, lengths) if n >= args.min_source_tokens][: args.sentences]
+    numbered = [(i, line) for i, line in enumerate(lines) if line.strip()]
+    lengths = vocabularies.source.tokenize([line for _, line in numbered]).row_lengths().numpy()
+    chosen = [(i, line, n) for (i, line), n in zip(numbered, lengths) if n >= args.min_source_tokens]
+    chosen = chosen[: args.sentences]
     if not chosen:
         raise DataError(f"no sentence has at least {args.min_source_tokens} source tokens; lower --min-source-tokens")
-    return [line for line, _ in chosen], float(sum(n for _, n in chosen) / len(chosen))
+    return [line for _, line, _ in chosen], float(sum(n for _, _, n in chosen) / len(chosen)), [i for i, _, _ in chosen]
 
 
-def export_variants(cfg, vocabularies, model, directory):
-    """Exports one SavedModel per variant under `directory` and reloads each: name -> `translate` signature."""
+def saved_model(model, vocabularies, search, path, beam_size, use_cache=True):
+    """Exports a SavedModel to `path`, reloads it: `translate(list of str) -> list of str` through its signature."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops the graph uses)
 
     from kmt.inference.export import export_translator
     from kmt.inference.translator import Translator
 
+    export_translator(Translator(model, vocabularies, beam_size=beam_size, use_cache=use_cache, **search), path)
+    signature = tf.saved_model.load(str(path)).signatures["translate"]
+    return lambda batch: [t.decode("utf-8") for t in signature(text=tf.constant(batch))["translation"].numpy()]
+
+
+def export_variants(cfg, vocabularies, model, directory, ctranslate2=False):
+    """Exports every variant under `directory` and loads it: name -> `translate(list of str) -> list of str`."""
     decode = cfg.get("decode") or {}
     search = {key: decode[key] for key in SEARCH_KEYS if key in decode}
-    signatures = {}
-    for name, (beam_size, use_cache) in VARIANTS.items():
-        path = Path(directory) / name.replace(" ", "_")
-        export_translator(Translator(model, vocabularies, beam_size=beam_size, use_cache=use_cache, **search), path)
-        signatures[name] = tf.saved_model.load(str(path)).signatures["translate"]
-    return signatures, search
+    if not ctranslate2:
+        return {name: saved_model(model, vocabularies, search, Path(directory) / name.replace(" ", "_"), *variant)
+                for name, variant in VARIANTS.items()}, search
+    from kmt.inference.ctranslate2 import CT2Translator, export_ctranslate2
+
+    translators = {}
+    for weights in ("float32", "int8"):
+        path = Path(directory) / f"ctranslate2_{weights}"
+        quantization = None if weights == "float32" else weights
+        export_ctranslate2(model, vocabularies, dict(search, beam_size=1), path, quantization)
+        translators[f"CT2 {weights}"] = CT2Translator(path, compute_type=weights, intra_threads=os.cpu_count())
+    variants = {}
+    for name, (engine, beam_size) in CT2_VARIANTS.items():
+        if engine == "SavedModel":
+            variants[name] = saved_model(model, vocabularies, search, Path(directory) / f"beam{beam_size}", beam_size)
+        else:
+            variants[name] = lambda batch, translator=translators[engine], beam_size=beam_size: \
+                translator.translate(batch, beam_size=beam_size)[0]
+    return variants, search
 
 
 def calls(sentences, batch_size):
@@ -112,27 +155,25 @@ def calls(sentences, batch_size):
     return [list(itertools.islice(cycle, batch_size)) for _ in range(count)]
 
 
-def measure(signatures, sentences, batch_sizes, repeats, count_tokens):
+def measure(variants, sentences, batch_sizes, repeats, count_tokens):
     """Times every variant at every batch size, alternating variants call by call. Returns
     `({(name, b): {"seconds": [per repeat], "latencies": [per call], "tokens": int, "translations": [...]}}`."""
-    import tensorflow as tf
-
-    names = list(signatures)
+    names = list(variants)
     results = {(name, b): {"seconds": [], "latencies": [], "translations": []} for name in names for b in batch_sizes}
     for batch_size in batch_sizes:
-        batches = [tf.constant(batch) for batch in calls(sentences, batch_size)]
+        batches = calls(sentences, batch_size)
         for name in names:  # warm-up: the first call of a loaded function pays for graph optimisation
-            signatures[name](text=batches[0])
+            variants[name](batches[0])
         for repeat in range(repeats):
             totals = dict.fromkeys(names, 0.0)
             for i, batch in enumerate(batches):
                 shift = (repeat * len(batches) + i) % len(names)
                 for name in names[shift:] + names[:shift]:
-                    outputs, seconds = timed(signatures[name], text=batch)
+                    outputs, seconds = timed(variants[name], batch)
                     totals[name] += seconds
                     results[name, batch_size]["latencies"].append(seconds)
                     if repeat == 0:
-                        results[name, batch_size]["translations"] += outputs["translation"].numpy().tolist()
+                        results[name, batch_size]["translations"] += outputs
             for name in names:
                 results[name, batch_size]["seconds"].append(totals[name])
         for name in names:
@@ -140,8 +181,9 @@ def measure(signatures, sentences, batch_sizes, repeats, count_tokens):
     return results
 
 
-def summarize(results, batch_sizes):
-    """Table rows, cached/uncached speedups and whether cached and uncached outputs agree."""
+def summarize(results, batch_sizes, pairs):
+    """Table rows, and for each `(variant, baseline)` of `pairs` at each batch size the speedups and whether their
+    translations agree."""
     rows = []
     for (name, batch_size), result in results.items():
         total = len(result["translations"])
@@ -155,19 +197,40 @@ def summarize(results, batch_sizes):
             "mean_output_tokens": result["tokens"] / total,
         })
     by_key = {(row["variant"], row["batch"]): row for row in rows}
-    speedups, outputs_match = [], {}
-    for search in ("greedy", f"beam{BEAM_SIZE}"):
+    speedups = []
+    for name, baseline in pairs:
         for batch_size in batch_sizes:
-            cached, uncached = by_key[f"{search} cached", batch_size], by_key[f"{search} uncached", batch_size]
+            row, base = by_key[name, batch_size], by_key[baseline, batch_size]
             speedups.append({
-                "search": search,
+                "variant": name,
+                "over": baseline,
                 "batch": batch_size,
-                "cached_over_uncached": cached["sentences_per_second"] / uncached["sentences_per_second"],
+                "sentences_per_second_ratio": row["sentences_per_second"] / base["sentences_per_second"],
+                "tokens_per_second_ratio": row["tokens_per_second"] / base["tokens_per_second"],
+                "same_translations": results[name, batch_size]["translations"]
+                == results[baseline, batch_size]["translations"],
             })
-            same = (results[f"{search} cached", batch_size]["translations"]
-                    == results[f"{search} uncached", batch_size]["translations"])
-            outputs_match[search] = outputs_match.get(search, True) and same
-    return rows, speedups, outputs_match
+    return rows, speedups
+
+
+def comparisons(ctranslate2):
+    """`(variant, baseline)` pairs: cached over uncached, or each CTranslate2 variant over the SavedModel."""
+    if not ctranslate2:
+        return [(f"{search} cached", f"{search} uncached") for search in ("greedy", f"beam{BEAM_SIZE}")]
+    return [(name, name.replace(engine, "SavedModel")) for name, (engine, _) in CT2_VARIANTS.items()
+            if engine != "SavedModel"]
+
+
+def bleu_scores(results, count, path, lines, lang):
+    """Each variant's tokenized BLEU at the largest batch size, against the lines `lines` of `path`."""
+    from kmt.data.sources import read_lines
+    from kmt.metrics import tokenized_bleu
+
+    references = read_lines(path)
+    references = [references[i] for i in lines]
+    largest = max(batch for _, batch in results)
+    return {name: round(tokenized_bleu(result["translations"][:count], references, lang)["tokenized_bleu"], 2)
+            for (name, batch), result in results.items() if batch == largest}
 
 
 def main(argv=None):
@@ -178,23 +241,30 @@ def main(argv=None):
     quiet_tensorflow()
     with exit_on_user_error():
         cfg, vocabularies, model = load_run_model(args.run_dir)
-        sentences, mean_source_tokens = pick_sentences(args, cfg, vocabularies)
+        sentences, mean_source_tokens, lines = pick_sentences(args, cfg, vocabularies)
 
     def count_tokens(translations):
         return int(vocabularies.target.tokenize(translations).row_lengths().numpy().sum())
 
     with tempfile.TemporaryDirectory(prefix="decode_speed_") as scratch:
-        signatures, search = export_variants(cfg, vocabularies, model, args.out or scratch)
-        results = measure(signatures, sentences, args.batch_sizes, args.repeats, count_tokens)
-    rows, speedups, outputs_match = summarize(results, args.batch_sizes)
+        variants, search = export_variants(cfg, vocabularies, model, args.out or scratch, args.ctranslate2)
+        results = measure(variants, sentences, args.batch_sizes, args.repeats, count_tokens)
+    rows, speedups = summarize(results, args.batch_sizes, comparisons(args.ctranslate2))
+    bleu = {}
+    if args.tokenized_reference:
+        bleu = bleu_scores(results, len(sentences), args.tokenized_reference, lines, cfg.data.target_lang)
+        for row in rows:
+            row["tokenized_bleu"] = bleu[row["variant"]]
 
     print(f"{len(sentences)} sentences (mean {mean_source_tokens:.1f} source tokens), {args.repeats} repeats, "
           f"{hardware()}; search {search}")
     print_table(rows, [("variant", "variant"), ("batch", "batch"), ("sentences_per_second", "sentences/s"),
                        ("tokens_per_second", "tokens/s"), ("p50_ms", "p50 ms"), ("p95_ms", "p95 ms"),
-                       ("mean_output_tokens", "mean output tokens")])
+                       ("mean_output_tokens", "mean output tokens"), *([("tokenized_bleu", "BLEU")] if bleu else [])])
     print()
-    print_table(speedups, [("search", "search"), ("batch", "batch"), ("cached_over_uncached", "cached / uncached")])
+    print_table(speedups, [("variant", "variant"), ("over", "over"), ("batch", "batch"),
+                           ("sentences_per_second_ratio", "sentences/s ratio"),
+                           ("tokens_per_second_ratio", "tokens/s ratio"), ("same_translations", "same translations")])
     print()
     print_json(
         "decode_speed",
@@ -206,7 +276,7 @@ def main(argv=None):
         search=dict(search),
         rows=rows,
         speedups=speedups,
-        outputs_match=outputs_match,
+        tokenized_bleu=bleu,
     )
 
 

@@ -4,6 +4,10 @@ average of its last N epoch checkpoints; or, with `--ensemble`, one SavedModel t
 The run's resolved `config.yaml` and `tokenizer/` rebuild the model; `--beam-size` and `--length-penalty`
 override the search settings baked into the SavedModel. Training already exports to `RUN_DIR/export` when it ends.
 
+With `--format ctranslate2` it writes a CTranslate2 model directory instead (`RUN_DIR/ctranslate2` by default, or
+`RUN_DIR/ctranslate2_int8` and so on with `--quantization`) for fast decoding on CPUs and GPUs with `kmt-translate`:
+the model, the SentencePiece model(s) and the search settings (`pip install "kmt[ctranslate2]"`).
+
 An ensemble scores each next token by the mean of its models' probabilities (fairseq's `--path a.pt:b.pt`), in the
 search and in the `score` signature. Its runs must share RUN_DIR's vocabulary: train them on the same data with the
 same `data.tokenizer` settings (the vocabulary does not depend on `seed`), or fine-tune one from another
@@ -13,6 +17,7 @@ Examples:
     kmt-export runs/dates/<time> --checkpoint best --beam-size 1
     kmt-export runs/multi30k/<time> --average 10 --output runs/multi30k/<time>/export_avg10
     kmt-export runs/multi30k/<time1> --ensemble runs/multi30k/<time2> --average 5 --output ensemble_export
+    kmt-export runs/multi30k/<time> --format ctranslate2 --quantization int8
 """
 
 import argparse
@@ -37,7 +42,13 @@ def parse_args(argv=None):
                         help="also decode with these runs (each at the same --checkpoint last or best, or the same "
                              "--average N): the export scores each next token by the mean of the models' "
                              "probabilities; every run must share RUN_DIR's vocabulary")
-    parser.add_argument("--output", help="where to write the SavedModel (default: RUN_DIR/export)")
+    parser.add_argument("--format", default="savedmodel",
+                        help="'savedmodel' (TensorFlow, the default) or 'ctranslate2' (a CTranslate2 model directory)")
+    parser.add_argument("--quantization",
+                        help="with --format ctranslate2: store the weights as int8, int16 or float16 (default: "
+                             "float32)")
+    parser.add_argument("--output", help="where to write the SavedModel (default: RUN_DIR/export; with --format "
+                                         "ctranslate2, RUN_DIR/ctranslate2 or RUN_DIR/ctranslate2_QUANTIZATION)")
     parser.add_argument("--beam-size", type=int, help="beam size baked into the export (1: greedy)")
     parser.add_argument("--length-penalty", type=float, help="GNMT length penalty alpha baked into the export")
     parser.add_argument("--sampling-topk", type=int, metavar="K",
@@ -65,6 +76,7 @@ def main(argv=None):
         from kmt.run_dir import RunDir, write_atomically
         from kmt.tokenizer import Vocabularies
 
+        check_format(args)
         others = [Path(other) for other in args.ensemble or []]
         if others and args.checkpoint not in ("last", "best"):
             raise KmtError(f"--ensemble loads every run at --checkpoint last or best (or --average N), not one run's "
@@ -109,9 +121,40 @@ def main(argv=None):
                 write_atomically(source, model.save_weights)
             sources.append(f"{member}:{source}" if others else str(source))
             models.append(model)
+        if args.format == "ctranslate2":
+            from kmt.inference.ctranslate2 import export_ctranslate2
+
+            output = Path(args.output) if args.output else \
+                run.root / "_".join(["ctranslate2", *filter(None, [args.quantization])])
+            export_ctranslate2(models[0], vocabularies, cfg.decode, output, args.quantization)
+            print(f"exported {sources[0]} to {output} (CTranslate2, {args.quantization or 'float32'})")
+            return
         output = Path(args.output) if args.output else run.export
         export_translator(build_translator(models, vocabularies, cfg.decode), output)  # one model, or an ensemble
         print(f"exported {' + '.join(sources)} to {output}")
+
+
+def check_format(args):
+    """A `KmtError` for a --format, --quantization or option the format does not take, before anything loads."""
+    from kmt.errors import KmtError
+    from kmt.inference.ctranslate2 import QUANTIZATIONS, require_ctranslate2
+
+    if args.format not in ("savedmodel", "ctranslate2"):
+        raise KmtError(f"unknown --format {args.format!r}; choose savedmodel or ctranslate2")
+    if args.format == "savedmodel":
+        if args.quantization is not None:
+            raise KmtError("--quantization is for --format ctranslate2; a SavedModel keeps float32 weights")
+        return
+    if args.quantization is not None and args.quantization not in QUANTIZATIONS:
+        raise KmtError(f"unknown --quantization {args.quantization!r}; choose one of {', '.join(QUANTIZATIONS)} "
+                       "(or leave it out for float32)")
+    given = [flag for flag, value in [("--ensemble", args.ensemble), ("--sampling-topk", args.sampling_topk),
+                                      ("--sampling-temperature", args.sampling_temperature),
+                                      ("--sampling-topp", args.sampling_topp)] if value is not None]
+    if given:
+        raise KmtError(f"{given[0]} is a SavedModel option; --format ctranslate2 converts one run for greedy or beam "
+                       "search")
+    require_ctranslate2()
 
 
 if __name__ == "__main__":

@@ -9,8 +9,13 @@ Input is read --buffer-size lines at a time, translated in batches of similar le
 next lines are read, so large files stream and output appears as it is done. At a terminal every line is
 translated as soon as it is entered (Ctrl-D ends the session).
 
-Example:
+EXPORT_DIR may also be a CTranslate2 directory (`kmt-export RUN_DIR --format ctranslate2`), decoded by CTranslate2
+instead of TensorFlow; there --beam-size and --length-penalty override the exported search settings (CTranslate2's
+length penalty divides a score by length^alpha, not by GNMT's ((5 + length) / 6)^alpha).
+
+Examples:
     echo "Tuesday, March 5, 1996" | kmt-translate runs/dates/<time>/export
+    kmt-translate runs/multi30k/<time>/ctranslate2_int8 --beam-size 5 --input test.en --output test.hyp.de
 """
 
 import argparse
@@ -21,6 +26,7 @@ from pathlib import Path
 from kmt.cli.common import load_export, setup_logging
 from kmt.cli.errors import exit_on_user_error, fail
 from kmt.errors import KmtError
+from kmt.inference.ctranslate2 import is_ctranslate2_dir
 from kmt.inference.translate import batch_fn, translate_stream
 
 
@@ -28,7 +34,8 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="kmt-translate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("export_dir", help="a SavedModel written by kmt-train or kmt-export (a run's export/)")
+    parser.add_argument("export_dir", help="a SavedModel written by kmt-train or kmt-export (a run's export/), or a "
+                                           "CTranslate2 directory (kmt-export RUN_DIR --format ctranslate2)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default: 64)")
     parser.add_argument("--buffer-size", type=int,
                         help="lines read and sorted by length before they are translated and written (default: "
@@ -40,6 +47,15 @@ def parse_args(argv=None):
                         help="write the N best translations of each line (N lines per input line, best first; "
                              "fairseq's --nbest, OpenNMT-tf's n_best), from the export's beam of K hypotheses, "
                              "N <= K (`kmt-export RUN_DIR --beam-size K` for a wider beam)")
+    ct2 = parser.add_argument_group("CTranslate2 directories only")
+    ct2.add_argument("--beam-size", type=int, help="beam size (1: greedy; default: the exported setting)")
+    ct2.add_argument("--length-penalty", type=float, help="length penalty alpha (default: the exported setting)")
+    ct2.add_argument("--device", default="cpu", help="cpu, cuda or auto (default: cpu)")
+    ct2.add_argument("--compute-type", default="default",
+                     help="CTranslate2 compute type: default (the saved weights' type), int8, float32, float16, ... "
+                          "(default: default)")
+    ct2.add_argument("--threads", type=int, default=0,
+                     help="CPU threads to decode with (default: 0, CTranslate2's choice)")
     parser.add_argument("--attention-plots", metavar="DIR",
                         help="also save cross-attention heatmaps (PNG, one per sentence, every layer and head) of "
                              "the first --attention-limit input lines into DIR; needs the run directory around "
@@ -47,7 +63,7 @@ def parse_args(argv=None):
     parser.add_argument("--attention-limit", type=int, default=10, help="sentences to plot (default: 10)")
     parser.add_argument("--verbose", action="store_true", help="log progress to stderr")
     args = parser.parse_args(argv)
-    for name in ("batch_size", "buffer_size", "nbest"):
+    for name in ("batch_size", "buffer_size", "nbest", "beam_size"):
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be positive. Received: {value}")
@@ -77,7 +93,12 @@ def main(argv=None):
     if "-" not in (args.input, args.output) and os.path.exists(args.output) and os.path.exists(args.input) \
             and os.path.samefile(args.output, args.input):
         fail(f"--output {args.output} is the --input file: writing would erase lines not yet read; write elsewhere")
-    if args.nbest is None:
+    if is_ctranslate2_dir(args.export_dir):
+        translate_batch = ctranslate2_fn(args)
+    elif args.beam_size is not None or args.length_penalty is not None:
+        fail(f"{args.export_dir} is a SavedModel, whose search settings are baked in: export the run again with "
+             "`kmt-export RUN_DIR --beam-size N --length-penalty A`")
+    elif args.nbest is None:
         translate_batch = batch_fn(load_export(args.export_dir))
     else:
         translate = load_export(args.export_dir, "translate_nbest")
@@ -118,6 +139,19 @@ def main(argv=None):
             raise SystemExit(141)  # 128 + SIGPIPE, what a shell reports for a tool killed by a closed pipe
     if args.attention_plots:
         plot_attention(Path(args.export_dir).resolve().parent, plotted, args.attention_plots)
+
+
+def ctranslate2_fn(args):
+    """`translate_batch` on a CTranslate2 directory, with the command line's search settings."""
+    if args.nbest is not None:
+        fail("--nbest reads a SavedModel's n-best list; pass a run's export/ directory")
+    with exit_on_user_error():
+        from kmt.inference.ctranslate2 import CT2Translator
+
+        translator = CT2Translator(args.export_dir, device=args.device, compute_type=args.compute_type,
+                                   intra_threads=args.threads)
+    search = dict(beam_size=args.beam_size, length_penalty=args.length_penalty)
+    return lambda batch: translator.translate(batch, **search)
 
 
 def plot_attention(run_dir, sentences, directory):

@@ -1,0 +1,184 @@
+"""Fast decoding with CTranslate2 (OpenNMT's C++ inference engine): a run's model written as a CTranslate2 model
+directory (`export_ctranslate2`), and text to text with one (`CT2Translator`).
+
+A kmt CTranslate2 directory holds CTranslate2's `model.bin`, `config.json` and vocabularies (`shared_vocabulary.json`
+for a joint vocabulary, else `source_vocabulary.json` and `target_vocabulary.json`), the run's SentencePiece
+model(s) (`joint.model`, or `source.model` and `target.model`, as in a run's `tokenizer/`) and `kmt_decode.json`,
+the search settings of the run's `decode` section (beam size, length penalty, output limits, `max_length`).
+
+Greedy search gives kmt's tokens: each sentence emits at most `min(max_length, ceil(max_length_a * S + max_length_b))`
+tokens, its end token included, and the pad token is never emitted. Beam search differs in one thing, the length
+penalty: CTranslate2 ranks finished hypotheses by `log P(Y) / |Y|^alpha`, kmt by GNMT's `log P(Y) / ((5 + |Y|) /
+6)^alpha`, so the two may choose different beams, and their scores are not comparable.
+
+`ctranslate2` is an optional dependency (`pip install "kmt[ctranslate2]"`); this module imports it only when a
+model is converted or loaded.
+
+Example:
+>>> translator = CT2Translator("runs/dates/<time>/ctranslate2")  # doctest: +SKIP
+>>> translator.translate(["Tuesday, March 5, 1996"], beam_size=1)  # doctest: +SKIP
+(['1996-03-05'], [-0.0123])
+"""
+
+import json
+from pathlib import Path
+
+from kmt.errors import KmtError
+from kmt.inference.lengths import decode_length
+from kmt.run_dir import read_json, write_atomically
+from kmt.special_ids import END_ID, PAD_ID
+from kmt.tokenizer import Vocabularies
+
+MISSING = 'CTranslate2 is not installed: pip install "kmt[ctranslate2]"'
+QUANTIZATIONS = ("int8", "int16", "float16")  # besides float32, the default: CTranslate2's weight types
+SETTINGS = "kmt_decode.json"
+SEARCH_KEYS = ("beam_size", "length_penalty", "max_length_a", "max_length_b")
+
+
+def require_ctranslate2():
+    """The `ctranslate2` module; a `KmtError` naming the extra to install when it is missing."""
+    try:
+        import ctranslate2
+    except ImportError:
+        raise KmtError(MISSING) from None
+    return ctranslate2
+
+
+def is_ctranslate2_dir(path):
+    """Whether `path` is a CTranslate2 model directory written by `kmt-export --format ctranslate2`."""
+    path = Path(path)
+    return all((path / name).is_file() for name in ("model.bin", "config.json", SETTINGS))
+
+
+def export_ctranslate2(model, vocabularies, decode_cfg, output, quantization=None):
+    """Writes `model` (a float32 `build_transformer` model), its vocabularies and `decode_cfg`'s search settings as
+    a CTranslate2 model directory at `output`, replacing what was there only once the new one is complete.
+
+    Args:
+        model: a `kmt.model.build_transformer` model.
+        vocabularies: the run's `kmt.tokenizer.Vocabularies`.
+        decode_cfg: the run's `decode` settings (`beam_size`, `length_penalty`, `max_length_a`, `max_length_b`).
+        output: the directory to write.
+        quantization: None (float32), or one of `QUANTIZATIONS`: the type the weights are stored in (CTranslate2
+            loads them in whatever type the device supports; `compute_type` chooses). Defaults to `None`.
+
+    Returns the size of the directory in bytes.
+    """
+    if quantization not in (None, *QUANTIZATIONS):
+        raise KmtError(f"unknown quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)} (or none "
+                       "for float32)")
+    require_ctranslate2()
+    from kmt.inference.ct2_converter import KmtConverter
+    from kmt.model import transformer_parts
+
+    settings = {key: decode_cfg[key] for key in SEARCH_KEYS}
+    settings["max_length"] = transformer_parts(model).max_length
+
+    def write(partial):
+        KmtConverter(model, vocabularies).convert(str(partial), quantization=quantization, force=True)
+        vocabularies.save(partial)
+        for readable in Path(partial).glob("*.vocab"):  # the SentencePiece models are what decoding needs
+            readable.unlink()
+        (Path(partial) / SETTINGS).write_text(json.dumps(settings, indent=2) + "\n")
+
+    output = Path(output)
+    write_atomically(output, write)
+    return sum(f.stat().st_size for f in output.rglob("*") if f.is_file())
+
+
+def pieces(tokenizer):
+    """A `kmt.tokenizer.Tokenizer`'s pieces in id order: a CTranslate2 vocabulary."""
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer.model_proto)
+    return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+
+
+class CT2Translator:
+    """Text to text with a kmt CTranslate2 directory: SentencePiece encode, `ctranslate2.Translator.translate_batch`,
+    SentencePiece decode.
+
+    Args:
+        path: a directory written by `kmt-export RUN_DIR --format ctranslate2`.
+        device: `"cpu"`, `"cuda"` or `"auto"`. Defaults to `"cpu"`.
+        compute_type: CTranslate2's compute type (`"default"`: the type the weights were saved in, or the nearest
+            the device supports; `"int8"`, `"float32"`, ...). Defaults to `"default"`.
+        inter_threads: batches decoded in parallel. Defaults to `1`.
+        intra_threads: threads per batch (0: CTranslate2's default, 4 or the cores there are). Defaults to `0`.
+    """
+
+    def __init__(self, path, device="cpu", compute_type="default", inter_threads=1, intra_threads=0):
+        ctranslate2 = require_ctranslate2()
+        path = Path(path)
+        if not is_ctranslate2_dir(path):
+            raise KmtError(f"{path} is not a kmt CTranslate2 directory (model.bin, config.json, {SETTINGS}); write "
+                           "one with `kmt-export RUN_DIR --format ctranslate2`")
+        self.settings = read_json(path / SETTINGS, "export the run again with `kmt-export RUN_DIR --format "
+                                                   "ctranslate2`")
+        self.vocabularies = Vocabularies.load(path)
+        self.source_pieces = pieces(self.vocabularies.source)
+        target_pieces = pieces(self.vocabularies.target)
+        self.target_ids = {piece: i for i, piece in enumerate(target_pieces)}
+        self.pad_piece = target_pieces[PAD_ID]
+        try:
+            self.translator = ctranslate2.Translator(str(path), device=device, compute_type=compute_type,
+                                                     inter_threads=inter_threads, intra_threads=intra_threads)
+        except (ValueError, RuntimeError) as error:  # an unknown device or type, no GPU, a damaged model.bin
+            raise KmtError(f"CTranslate2 cannot load {path} on device {device!r} with compute type "
+                           f"{compute_type!r}: {error}") from None
+
+    def search(self, sources, beam_size=None, length_penalty=None, max_length=None):
+        """Best translation of each row of source ids (lists or arrays, no start or end token): `(ids, scores)`, a
+        list of int lists without start or end token and a list of float scores (greedy: the sum of the
+        log-probabilities, the end token's included; beam: divided by CTranslate2's length penalty).
+
+        Rows are cut to the model's `max_length` tokens. `beam_size` and `length_penalty` default to the export's
+        settings, `max_length` (the most tokens a sentence's output may hold) to the model's. An empty row gives
+        `[]`, 0.
+        """
+        settings = self.settings
+        beam_size = beam_size or settings["beam_size"]
+        length_penalty = settings["length_penalty"] if length_penalty is None else length_penalty
+        max_length = min(max_length or settings["max_length"], settings["max_length"])
+        rows = [[self.source_pieces[i] for i in row[: settings["max_length"]]] for row in sources]
+        limits = [decode_length(len(row), max_length, settings["max_length_a"], settings["max_length_b"])
+                  for row in rows]
+        results = [([], 0.0)] * len(rows)
+        search = dict(beam_size=beam_size, length_penalty=length_penalty if beam_size > 1 else 0)  # CTranslate2
+        # would divide greedy scores by the length penalty too
+        padded = self._search_rows(rows, limits, [i for i, row in enumerate(rows) if row], results, search)
+        # kmt never emits the pad token. Suppressing it in CTranslate2 would renormalise the other tokens'
+        # probabilities (kmt leaves pad's share out instead), so only a sentence that emitted it is decoded again.
+        self._search_rows(rows, limits, padded, results, dict(search, suppress_sequences=[[self.pad_piece]]))
+        return [ids for ids, _ in results], [score for _, score in results]
+
+    def _search_rows(self, rows, limits, pending, results, search):
+        """Decodes `rows[i]` for each i in `pending` into `results[i]`; returns those whose output holds the pad
+        token (and only when `search` does not suppress it)."""
+        padded = []
+        while pending:
+            # One call at the batch's longest limit; a sentence whose output runs past its own (shorter) limit is
+            # decoded again with that limit, with the others that share it. Greedy search stops where kmt's does.
+            limit = max(limits[i] for i in pending)
+            outputs = self.translator.translate_batch([rows[i] for i in pending], max_decoding_length=limit,
+                                                      min_decoding_length=0, max_input_length=0, return_scores=True,
+                                                      **search)
+            overlong = []
+            for i, output in zip(pending, outputs):
+                tokens = output.hypotheses[0]
+                if limits[i] < limit and len(tokens) >= limits[i]:
+                    overlong.append(i)  # its own limit would have stopped it sooner: decode it again with that
+                elif self.pad_piece in tokens and "suppress_sequences" not in search:
+                    padded.append(i)
+                else:
+                    results[i] = ([self.target_ids[t] for t in tokens], float(output.scores[0]))
+            pending = overlong  # their longest limit is below this call's: the loop ends
+        return padded
+
+    def translate(self, lines, beam_size=None, length_penalty=None, max_length=None):
+        """Translates a list of str: `(translations, scores)`. Inputs are cut to the model's `max_length` tokens;
+        an empty or whitespace-only input gives "" and score 0. See `search` for the settings."""
+        ids, scores = self.search(self.vocabularies.source.encode(lines), beam_size, length_penalty, max_length)
+        texts = self.vocabularies.target.decode([[i for i in row if i > END_ID] for row in ids])
+        return texts, scores
+

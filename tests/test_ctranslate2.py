@@ -1,0 +1,175 @@
+"""CTranslate2 export: greedy search in CTranslate2 (float32) emits kmt's tokens, one for one, on a trained dates run,
+a trained pre-norm Multi30k run and untrained models of every other shape kmt builds; kmt-translate on the CTranslate2
+directory writes what it writes on the SavedModel; bad input stops in one line."""
+
+import os
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from kmt.checkpoints import load_run_model
+from kmt.cli import export as export_cli
+from kmt.cli import translate as translate_cli
+from kmt.data.dates import generate_date_pairs
+from kmt.inference.decoding import search_ids
+from kmt.model import build_transformer
+from kmt.special_ids import END_ID, PAD_ID
+from kmt.tokenizer import Vocabularies
+from tests.helpers import refused, run_cli
+
+ctranslate2_module = pytest.importorskip("kmt.inference.ctranslate2")
+pytest.importorskip("ctranslate2")
+CT2Translator, export_ctranslate2 = ctranslate2_module.CT2Translator, ctranslate2_module.export_ctranslate2
+
+DATES = ["Tuesday, March 5, 1996", "5 march 96", "12/31/1999", "the third of May 2001", "saturday april 13 2019",
+         "1 1 1", "September 30, 1845, a Tuesday, and a longer sentence after it", "", "x" * 500]
+SEARCH = {"beam_size": 1, "length_penalty": 0.6, "max_length_a": 1.5, "max_length_b": 10}
+
+
+def kmt_search(model, rows, max_length_a, max_length_b, beam_size=1, length_penalty=0.0):
+    """kmt's own search (what the SavedModel runs) on rows of ids: a list of id lists, end token and pad dropped,
+    and the scores."""
+    max_length = model.transformer_parts.max_length
+    rows = [row[:max_length] for row in rows]
+    source = np.full((len(rows), max(1, *map(len, rows))), PAD_ID, np.int32)
+    for i, row in enumerate(rows):
+        source[i, : len(row)] = row
+    tokens, scores = search_ids(model, source, max_length_a=max_length_a, max_length_b=max_length_b,
+                                beam_size=beam_size, length_penalty=length_penalty)
+    tokens, scores = keras.ops.convert_to_numpy(tokens), keras.ops.convert_to_numpy(scores)
+    ids = [[int(t) for t in row if t not in (PAD_ID, END_ID)] for row in tokens]
+    return [row if len(source_row) else [] for row, source_row in zip(ids, rows)], scores
+
+
+def assert_same_greedy(model, vocabularies, sentences, directory, decode=SEARCH, check_scores=True):
+    export_ctranslate2(model, vocabularies, decode, directory)
+    rows = vocabularies.source.encode(sentences)
+    expected, expected_scores = kmt_search(model, rows, decode["max_length_a"], decode["max_length_b"])
+    ids, scores = CT2Translator(directory, compute_type="float32").search(rows, beam_size=1)
+    assert ids == expected  # token for token, every sentence stopped where kmt stops it
+    assert sum(map(len, ids)) > len(ids)  # the model emitted tokens, not end tokens only
+    if not check_scores:
+        return ids
+    nonempty = [i for i, row in enumerate(rows) if len(row)]
+    np.testing.assert_allclose(np.array(scores)[nonempty], expected_scores[nonempty], rtol=1e-4, atol=1e-3)
+
+
+@pytest.fixture(scope="module")
+def multi30k_run(tmp_path_factory):
+    """A pre-norm Multi30k run at smoke size (one epoch, no SavedModel)."""
+    if not os.environ.get("KMT_DATA_DIR"):
+        pytest.skip("needs the real corpora in $KMT_DATA_DIR")
+    run_dir = tmp_path_factory.mktemp("multi30k") / "run"
+    result = run_cli("train", "debug=smoke", "data=multi30k", "data.download=false", "model.norm_first=true",
+                     "trainer.export=false", f"hydra.run.dir={run_dir}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir
+
+
+@pytest.mark.slow
+def test_dates_run_greedy_is_kmts_token_for_token(smoke_run, tmp_path):
+    cfg, vocabularies, model = load_run_model(smoke_run)
+    assert not cfg.model.norm_first and cfg.model.shared_embeddings and cfg.model.tied_output
+    assert_same_greedy(model, vocabularies, DATES, tmp_path / "ct2", cfg.decode)
+    # Beam search differs only in the length penalty's formula: with alpha 0 (none) the beams are kmt's too.
+    rows = vocabularies.source.encode(DATES)
+    expected, _ = kmt_search(model, rows, cfg.decode.max_length_a, cfg.decode.max_length_b, beam_size=3)
+    assert CT2Translator(tmp_path / "ct2").search(rows, beam_size=3, length_penalty=0.0)[0] == expected
+
+
+@pytest.mark.slow
+def test_multi30k_prenorm_run_greedy_is_kmts_token_for_token(multi30k_run, tmp_path):
+    cfg, vocabularies, model = load_run_model(multi30k_run)
+    assert cfg.model.norm_first
+    with open(os.path.join(os.environ["KMT_DATA_DIR"], "multi30k", "val.en"), encoding="utf-8") as f:
+        sentences = [next(f).strip() for _ in range(32)]
+    assert_same_greedy(model, vocabularies, sentences, tmp_path / "ct2", cfg.decode)
+
+
+@pytest.mark.parametrize("shape", [
+    dict(norm_first=True, tied_output=False),
+    dict(shared_embeddings=False, tied_output=False, learned_positions=True, num_decoder_layers=2),
+])
+def test_other_model_shapes_convert(shape, tmp_path):
+    """Untrained models (random weights) of the shapes the trained runs above do not have."""
+    keras.utils.set_random_seed(1)
+    pairs = generate_date_pairs(300, seed=0)
+    joint = shape.get("shared_embeddings", True)
+    vocabularies = Vocabularies.train([s for s, _ in pairs], [t for _, t in pairs], joint=joint, vocab_size=300)
+    model = build_transformer(vocabularies.source.vocab_size, target_vocab_size=vocabularies.target.vocab_size,
+                              num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, max_length=24, **shape)
+    assert_same_greedy(model, vocabularies, DATES, tmp_path / "ct2")
+    names = set(os.listdir(tmp_path / "ct2"))
+    assert ({"joint.model", "shared_vocabulary.json"} if joint else
+            {"source.model", "target.model", "source_vocabulary.json", "target_vocabulary.json"}) <= names
+
+
+def test_the_pad_token_is_never_emitted(tmp_path):
+    """A model that favours pad: kmt takes the next best token, and so does CTranslate2 (whose scores then leave
+    pad's probability out of the normaliser, where kmt's keep it in)."""
+    keras.utils.set_random_seed(2)
+    pairs = generate_date_pairs(300, seed=0)
+    vocabularies = Vocabularies.train([s for s, _ in pairs], [t for _, t in pairs], joint=True, vocab_size=300)
+    model = build_transformer(vocabularies.source.vocab_size, num_layers=1, hidden_dim=16, num_heads=2,
+                              intermediate_dim=32, max_length=24, tied_output=False)
+    bias = model.transformer_parts.output_projection.bias
+    bias.assign(keras.ops.convert_to_numpy(bias) + 3.0 * (np.arange(bias.shape[0]) == PAD_ID))
+    export_ctranslate2(model, vocabularies, SEARCH, tmp_path / "ct2")
+    rows = vocabularies.source.encode(DATES)
+    source_pieces = ctranslate2_module.pieces(vocabularies.source)
+    unsuppressed = CT2Translator(tmp_path / "ct2").translator.translate_batch(
+        [[source_pieces[i] for i in row] for row in rows if len(row)], beam_size=1, min_decoding_length=0,
+        max_input_length=24, max_decoding_length=24)
+    assert any("<pad>" in output.hypotheses[0] for output in unsuppressed)  # pad is CTranslate2's first choice
+    ids = assert_same_greedy(model, vocabularies, DATES, tmp_path / "ct2", check_scores=False)
+    assert all(PAD_ID not in row for row in ids)
+
+
+def test_kmt_translate_on_ctranslate2_writes_what_it_writes_on_the_saved_model(smoke_run, tmp_path, capsys):
+    source = tmp_path / "dates.txt"
+    source.write_text("\n".join(DATES) + "\n", encoding="utf-8")
+    for quantization in (None, "int8"):
+        export_cli.main([str(smoke_run), "--format", "ctranslate2", "--output", str(tmp_path / f"ct2_{quantization}"),
+                         *(["--quantization", quantization] if quantization else [])])
+    float32, int8 = (tmp_path / "ct2_None" / "model.bin").stat().st_size, (tmp_path / "ct2_int8" / "model.bin").stat()
+    assert int8.st_size < 0.6 * float32
+    outputs = {}
+    for name, directory in [("saved", smoke_run / "export"), ("ct2", tmp_path / "ct2_None"),
+                            ("int8", tmp_path / "ct2_int8")]:
+        translate_cli.main([str(directory), "--input", str(source), "--output", str(tmp_path / name), "--scores"])
+        outputs[name] = [line.split("\t") for line in (tmp_path / name).read_text(encoding="utf-8").splitlines()]
+    assert len(outputs["ct2"]) == len(DATES) == len(outputs["int8"])
+    assert [text for _, text in outputs["ct2"]] == [text for _, text in outputs["saved"]]
+    np.testing.assert_allclose([float(s) for s, _ in outputs["ct2"]], [float(s) for s, _ in outputs["saved"]],
+                               atol=2e-3)
+    assert outputs["ct2"][DATES.index("")] == ["0.0000", ""]
+    # A beam of 3 through the command line's override; CTranslate2's own length penalty, so no comparison.
+    translate_cli.main([str(tmp_path / "ct2_None"), "--input", str(source), "--output", str(tmp_path / "beam"),
+                        "--beam-size", "3"])
+    assert len((tmp_path / "beam").read_text(encoding="utf-8").splitlines()) == len(DATES)
+    code, line = refused(capsys, translate_cli.main, tmp_path / "ct2_None", "--compute-type", "int3")
+    assert code == 2 and "CTranslate2 cannot load" in line and "'int3'" in line
+
+
+def test_bad_input_stops_in_one_line(smoke_run, tmp_path, capsys):
+    code, line = refused(capsys, export_cli.main, tmp_path, "--format", "ctranslate2")
+    assert code == 2 and "not a kmt run directory" in line
+    code, line = refused(capsys, export_cli.main, smoke_run, "--format", "ctranslate2", "--quantization", "int4",
+                         "--output", tmp_path / "out")
+    assert code == 2 and "unknown --quantization 'int4'" in line and not (tmp_path / "out").exists()
+    code, line = refused(capsys, export_cli.main, smoke_run, "--format", "onnx")
+    assert code == 2 and "unknown --format 'onnx'" in line
+    code, line = refused(capsys, export_cli.main, smoke_run, "--quantization", "int8")
+    assert code == 2 and "--quantization is for --format ctranslate2" in line
+    code, line = refused(capsys, translate_cli.main, smoke_run / "export", "--beam-size", "4")
+    assert code == 2 and "search settings are baked in" in line
+    code, line = refused(capsys, translate_cli.main, tmp_path)  # neither a SavedModel nor a CTranslate2 directory
+    assert code == 2 and "is not a SavedModel directory" in line
+
+
+def test_without_ctranslate2_the_export_names_the_extra(smoke_run, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # `import ctranslate2` raises ImportError
+    code, line = refused(capsys, export_cli.main, smoke_run, "--format", "ctranslate2", "--output", tmp_path / "out")
+    assert code == 2 and line == 'error: CTranslate2 is not installed: pip install "kmt[ctranslate2]"'
