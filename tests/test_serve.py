@@ -286,3 +286,20 @@ def test_load_bench_runs_batching_and_no_batching_side_by_side(smoke_run):
     assert set(rows) == {(c, m) for c in (1, 3) for m in ("batching", "no batching")}
     assert all(row["requests"] == 6 and row["failed"] == 0 for row in rows.values())
     assert rows[1, "no batching"]["mean batch"] == rows[3, "no batching"]["mean batch"] == 1
+
+
+def test_a_ctranslate2_directory_is_served_with_the_saved_models_answers(smoke_run, serial, tmp_path):
+    from kmt.cli import export as export_cli
+
+    export_cli.main([str(smoke_run), "--format", "ctranslate2", "--output", str(tmp_path / "ct2")])
+    running = Server(tmp_path / "ct2")
+    try:
+        status, _, body = running.post("/translate", {"text": SENTENCES[:8]})
+        assert status == 200, body
+        assert body["translations"] == [serial[sentence][0] for sentence in SENTENCES[:8]]  # greedy: kmt's tokens
+        status, _, body = running.post("/v1/models/kmt:predict", {"signature_name": "translate",
+                                                                  "instances": SENTENCES[:2]})
+        assert status == 200 and [p["translation"] for p in body["predictions"]] == [serial[s][0] for s in
+                                                                                     SENTENCES[:2]]
+    finally:
+        assert running.stop() == 0

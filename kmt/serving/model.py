@@ -1,9 +1,9 @@
 """The model a server runs: `load_model(path)` -> an object with `signatures` and `run(signature, inputs)`.
 
 This is the one place that knows what an export is. A SavedModel written by kmt (`kmt/inference/export.py`) loads
-as `SavedModelRunner`; another runtime (a CTranslate2 directory, say) plugs in by returning, from `load_model`, an
-object with the same two members for the directories it recognises. Nothing else in `kmt.serving` imports
-TensorFlow.
+as `SavedModelRunner`, a CTranslate2 directory (`kmt-export --format ctranslate2`) as `CTranslate2Runner`, which
+answers the SavedModel's `translate` and `serving_default` signatures. Nothing else in `kmt.serving` imports
+TensorFlow or CTranslate2.
 """
 
 import dataclasses
@@ -22,15 +22,39 @@ class Signature:
 
 def check_model_path(path):
     """Raises `KmtError` unless `path` is a directory `load_model` can load (cheap: nothing is imported)."""
+    from kmt.inference.ctranslate2 import is_ctranslate2_dir, require_ctranslate2
+
     path = Path(path)
-    if not (path / "saved_model.pb").is_file():
-        raise KmtError(f"{path} is not a SavedModel directory (no saved_model.pb); pass a run's export/ directory")
+    if is_ctranslate2_dir(path):
+        require_ctranslate2()  # one line naming the extra, when it is missing
+    elif not (path / "saved_model.pb").is_file():
+        raise KmtError(f"{path} is neither a SavedModel directory (no saved_model.pb) nor a CTranslate2 one; pass a "
+                       "run's export/ directory or the output of kmt-export --format ctranslate2")
 
 
 def load_model(path):
-    """The model at `path` (a kmt SavedModel export directory), loaded and ready to `run`."""
+    """The model at `path` (a kmt SavedModel export or CTranslate2 directory), loaded and ready to `run`."""
+    from kmt.inference.ctranslate2 import is_ctranslate2_dir
+
     check_model_path(path)
-    return SavedModelRunner(path)
+    return CTranslate2Runner(path) if is_ctranslate2_dir(path) else SavedModelRunner(path)
+
+
+class CTranslate2Runner:
+    """A kmt CTranslate2 directory (`kmt.inference.ctranslate2.CT2Translator`, its exported search settings) behind
+    the SavedModel's text-to-text signatures, `translate` and `serving_default`: `text` in, `translation` and `score`
+    out. CTranslate2 queues concurrent calls itself."""
+
+    def __init__(self, path):
+        from kmt.inference.ctranslate2 import CT2Translator
+
+        self._translator = CT2Translator(path)
+        text = Signature(inputs=("text",), outputs=("score", "translation"))
+        self.signatures = {"serving_default": text, "translate": text}
+
+    def run(self, signature, inputs):
+        translations, scores = self._translator.translate(list(inputs["text"]))
+        return {"translation": translations, "score": [float(score) for score in scores]}
 
 
 class SavedModelRunner:
