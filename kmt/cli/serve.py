@@ -34,12 +34,13 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="kmt-serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("export_dir", metavar="EXPORT_DIR", help="a kmt SavedModel export (a run's export/), or a CTranslate2 directory "
+    parser.add_argument("export_dir", metavar="EXPORT_DIR",
+                        help="a kmt SavedModel export (a run's export/), or a CTranslate2 directory "
                         "(kmt-export RUN_DIR --format ctranslate2)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on; 0.0.0.0 for every interface (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8501, help="port; 0 picks a free one, logged at start (default: 8501, TensorFlow Serving's REST "
-                             "port)")
+    parser.add_argument("--port", type=int, default=8501,
+                        help="port; 0 picks a free one, logged at start (default: 8501, TensorFlow Serving's REST port)")
     parser.add_argument("--model-name", default="kmt",
                         help="the NAME in /v1/models/NAME, as tensorflow_model_server's --model_name (default: kmt)")
     parser.add_argument("--max-batch-size", type=int, default=32,
