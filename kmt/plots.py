@@ -187,3 +187,39 @@ def save_attention_plots(model, vocabularies, sentences, directory, max_length=N
 
 def _pieces(tokenizer, ids):
     return [piece.decode("utf-8", "replace") for piece in tokenizer.id_to_piece(np.array(ids, "int32")).numpy()]
+
+
+def plot_positions(length, depth, path):
+    """Writes kmt's sinusoidal position table (`kmt.layers.embedding.positional_encoding`) to the PNG `path` as two
+    panels, the figures of the paper's sources; returns `path`. Left: a few columns against the position, the sine
+    and cosine of the second-fastest pair (the fastest, of wavelength 2*pi, looks jagged at integer positions) and
+    the sines of slower pairs, whose wavelengths grow geometrically towards 2*pi*10000. Right: the whole `(length, depth)` table as a heatmap, position down, feature across.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kmt.layers.embedding import positional_encoding
+
+    table = ops.convert_to_numpy(positional_encoding(length, depth))  # (length, depth)
+    pairs = depth // 2
+    columns = sorted({min(2, depth - 2), min(3, depth - 1), 2 * (pairs // 4), 2 * (pairs // 2)})
+    figure, (curves, heatmap) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [3, 2]})
+    for column in columns:
+        kind = "sin" if column % 2 == 0 else "cos"
+        wavelength = 2 * np.pi * 10000 ** (column // 2 * 2 / depth)
+        curves.plot(table[:, column], label=f"column {column}: {kind}, wavelength {wavelength:.3g}")
+    curves.set(xlabel="position", ylabel="PE(position, column)", title="columns against position")
+    curves.set_ylim(-1.1, 1.6)  # room for the legend above the curves
+    curves.legend(fontsize="small", loc="upper center", ncol=2)
+    curves.grid(alpha=0.3)
+    image = heatmap.imshow(table, cmap="RdBu", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
+    heatmap.set(xlabel="column (sin at even, cos at odd)", ylabel="position", title=f"the table, {length} x {depth}")
+    figure.colorbar(image, ax=heatmap)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path

@@ -1,4 +1,5 @@
 """`kmt-plot RUN_DIR [RUN_DIR ...]`: learning curves of one or more kmt-train runs, as one PNG.
+`kmt-plot positions [--length 60] [--depth 32]`: the sinusoidal position encoding, as curves and a heatmap.
 
 Panels against the epoch: training loss (solid) and validation loss (dashed); their perplexity without label smoothing
 (`ppl`, log scale), so runs with different optim.label_smoothing compare; validation BLEU when a run logged it
@@ -10,6 +11,9 @@ Examples:
     kmt-plot runs/multi30k_en_de/<time>                               # -> runs/multi30k_en_de/<time>/logs/curves.png
     kmt-plot runs/multi30k_en_de/<time> runs/multi30k_en_de/<other> --output compare.png
     kmt-plot RUN_A RUN_B --label "dropout 0.2" --label "dropout 0.1" --from-epoch 10   # named, late epochs zoomed
+    kmt-plot positions --length 100 --depth 64 --output positions.png   # default: positions.png
+
+`positions` as the first argument draws the encoding; a run directory of that name is `./positions`.
 """
 
 import argparse
@@ -22,6 +26,9 @@ from kmt.errors import KmtError
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["positions"]:
+        return positions(argv[1:])
     parser = argparse.ArgumentParser(
         prog="kmt-plot", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -34,7 +41,7 @@ def main(argv=None):
     parser.add_argument("--from-epoch", type=int, default=1, metavar="N",
                         help="draw epochs N onwards only, the y axes scaled to them, so that late differences between "
                              "runs show (default: 1, every epoch)")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
     if args.from_epoch < 1:
         parser.error(f"--from-epoch must be positive. Received: {args.from_epoch}")
     setup_logging()
@@ -52,6 +59,27 @@ def main(argv=None):
         histories = {label: read_history(run) for label, run in zip(labels, args.run_dirs)}
         default = RunDir(args.run_dirs[0]).curves if len(args.run_dirs) == 1 else Path("curves.png")
         print(plot_curves(histories, args.output or default, title=args.title, first_epoch=args.from_epoch))
+
+
+def positions(argv):
+    """`kmt-plot positions`: kmt's sinusoidal table (`kmt.plots.plot_positions`) drawn into one PNG."""
+    parser = argparse.ArgumentParser(
+        prog="kmt-plot positions", description="The paper's sinusoidal position encoding (Vaswani et al., 2017, "
+        "section 3.5) as kmt computes it: a few columns against the position, and the whole table as a heatmap."
+    )
+    parser.add_argument("--length", type=int, default=60, help="positions 0 .. LENGTH - 1 (default: %(default)s)")
+    parser.add_argument("--depth", type=int, default=32,
+                        help="features d_model, even: a sine and a cosine per wavelength (default: %(default)s)")
+    parser.add_argument("--output", default="positions.png", help="the PNG to write (default: %(default)s)")
+    args = parser.parse_args(argv)
+    if args.length < 1:
+        parser.error(f"--length must be positive. Received: {args.length}")
+    if args.depth < 2 or args.depth % 2:
+        parser.error(f"--depth must be even and positive, a sine and a cosine per wavelength. Received: {args.depth}")
+    setup_logging()
+    from kmt.plots import plot_positions
+
+    print(plot_positions(args.length, args.depth, args.output))
 
 
 if __name__ == "__main__":
