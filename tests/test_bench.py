@@ -17,8 +17,8 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 SCRIPTS = ["attention_scaling", "batching", "decode_speed", "decode_sweep", "distribute_scaling", "fit_teardown",
-           "loss_speed", "multi30k", "multi30k_jax", "prepared_data", "profile_step", "resume_stream", "serve_load",
-           "step_variants", "train_throughput"]
+           "layer_complexity", "loss_speed", "multi30k", "multi30k_jax", "prepared_data", "profile_step",
+           "resume_stream", "serve_load", "step_variants", "train_throughput"]
 
 
 def bench_env():
