@@ -1,4 +1,5 @@
-"""Plots, to look at rather than read: learning curves of runs, and cross-attention heatmaps of translations.
+"""Plots, to look at rather than read: learning curves of runs, cross-attention heatmaps of translations, and the
+sinusoidal position table.
 
 Learning curves: one or more runs' `logs/history.csv` drawn as one PNG. Panels against the epoch: training loss (solid)
 and validation loss (dashed); perplexity without label smoothing, train and val, on a log scale, when a run logged it
@@ -10,6 +11,9 @@ sweep writes `summary.png` beside `summary.md`, and `kmt-plot` draws any runs si
 Cross-attention heatmaps (`kmt-translate --attention-plots`): which source pieces each output piece attended to, per
 layer and head (the paper's figures 3-5 show such maps for self-attention; for translation the encoder-decoder maps
 show the alignment).
+
+The position table (`kmt-plot positions`): a few of its columns against the position, and the whole table as a
+heatmap, as the paper's sources draw it.
 """
 
 import csv
