@@ -10,11 +10,13 @@ MultiHeadAttention as self-attention (`--num-heads` heads), `keras.layers.LSTM(d
 with respect to the layer's weights, in one tf.function, traced by a warm-up call first): per length, `--repeats`
 rounds call each layer once, the order rotating between rounds, side by side in this process; the median is reported.
 
-Memory is the peak resident memory (CPU RAM) of one forward + backward call above the resident memory before it, each
-(layer, n) in a fresh subprocess after its warm-up call: Linux's high-water mark (VmHWM) is reset just before the call
-(`/proc/self/clear_refs`), and glibc's malloc returns every block of 64 KiB or more to the system when it is freed
-(MALLOC_MMAP_THRESHOLD_), so that the warm-up's freed buffers do not hide the call's. TensorFlow reports no allocator
-statistics on the CPU. FLOPs are counted (multiply-add = 2) for the forward pass and tripled for forward + backward (the backward pass
+Memory is the peak resident memory (CPU RAM) of a layer's first forward + backward call above the resident memory
+before it, each (layer, n) in a fresh subprocess: Linux's high-water mark (VmHWM) is reset just before the call
+(`/proc/self/clear_refs`). The first call, as TensorFlow keeps the buffers it allocates for later calls (a second
+call raises the peak by under 1 MiB); it also counts tracing the graph, a few MiB. TensorFlow reports no allocator
+statistics on the CPU.
+
+FLOPs are counted (multiply-add = 2) for the forward pass and tripled for forward + backward (the backward pass
 does the forward's matrix products twice, once for the inputs' and once for the weights' gradients):
 
     self-attention  8 n d^2 (the Q, K, V, output projections) + 4 n^2 d (scores, weighted sum)   Table 1: O(n^2 d)
@@ -160,11 +162,10 @@ def time_side_by_side(args):
 
 
 def peak_memory_mib(name, length, args):
-    """MiB of peak RSS above the RSS before one call of one layer after its warm-up, measured in a fresh process;
-    None if that failed."""
+    """MiB of peak RSS above the RSS before the first call of one layer, measured in a fresh process; None if that
+    failed."""
     if args.worker:
         call = compiled_step(name, length, args)
-        call()  # traces the graph
         Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current VmRSS
         before = resident_kib("VmRSS")
         call()
@@ -172,7 +173,7 @@ def peak_memory_mib(name, length, args):
     command = [sys.executable, __file__, "--worker", name, str(length), "--hidden-dim", str(args.hidden_dim),
                "--num-heads", str(args.num_heads), "--kernel-size", str(args.kernel_size),
                "--batch-size", str(args.batch_size)]
-    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2", "MALLOC_MMAP_THRESHOLD_": "65536"}
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
     result = subprocess.run(command, capture_output=True, text=True, env=env)
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
@@ -223,7 +224,7 @@ def plot(rows, cross, args):
     if cross:
         time_axis.axvline(cross, color="gray", linestyle=":", label=f"crossover n ≈ {cross:,}")
     time_axis.set(xlabel="sequence length n", ylabel="median ms, forward + backward", title="time")
-    memory_axis.set(xlabel="sequence length n", ylabel="MiB", title="peak resident memory of one call")
+    memory_axis.set(xlabel="sequence length n", ylabel="MiB", title="peak resident memory of the first call")
     for axis in (time_axis, memory_axis):
         axis.set_xticks(args.lengths, labels=[str(length) for length in args.lengths])
         axis.xaxis.set_minor_locator(ticker.NullLocator())
@@ -265,7 +266,7 @@ def main(argv=None):
         "layer_complexity",
         settings={"hidden_dim": args.hidden_dim, "num_heads": args.num_heads, "kernel_size": args.kernel_size,
                   "batch_size": args.batch_size, "repeats": args.repeats, "precision": "float32",
-                  "memory": "peak RSS (VmHWM) above RSS over one call, a fresh process per point"},
+                  "memory": "peak RSS (VmHWM) above RSS over the first call, a fresh process per point"},
         crossover={"measured": cross, "text": cross_text, "flop_count": 2 * args.hidden_dim,
                    "table1": args.hidden_dim},
         rows=rows,
