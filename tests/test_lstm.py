@@ -13,7 +13,9 @@ from keras import ops
 from kmt.inference.decoding import search_ids
 from kmt.inference.steps import cached_next_fn, decoding_parts, uncached_next_fn
 from kmt.losses import MaskedAccuracy, MaskedCrossEntropy
+from kmt.layers import Dropout
 from kmt.lstm import LSTMParts, build_lstm
+from kmt.model import residual_dropouts, set_residual_dropout
 from kmt.special_ids import END_ID, START_ID
 
 TINY = dict(vocab_size=23, num_layers=2, hidden_dim=16, dropout=0.1, max_length=20)
@@ -72,6 +74,12 @@ def test_dropout_acts_only_in_training(batch):
     inputs = _inputs(*batch)
     np.testing.assert_array_equal(_logits(model, *batch), _logits(model, *batch))
     assert not np.allclose(ops.convert_to_numpy(model(inputs, training=True)), _logits(model, *batch))
+
+
+def test_late_dropout_sets_every_dropout_layer():
+    model = build_lstm(**TINY)  # embeddings (2), between the 2 encoder layers (1), the attentional vectors (1)
+    assert len(residual_dropouts(model)) == 4 and set_residual_dropout(model, 0.3) == 4
+    assert {layer.rate for layer in model.layers if isinstance(layer, Dropout)} == {0.3}
 
 
 @pytest.mark.parametrize("next_fn", [cached_next_fn, uncached_next_fn])
@@ -149,12 +157,19 @@ def test_model_learns_a_copy_task():
 
 @pytest.mark.slow
 def test_kmt_train_model_lstm_trains_exports_and_translates(tmp_path):
+    """`kmt-train model=lstm` trains and exports; `kmt-export` rebuilds the model from the run's config.yaml
+    (here averaging its two epochs, with beam search) and both SavedModels translate."""
     from tests.helpers import run_cli
 
     run_dir = tmp_path / "run"
-    trained = run_cli("train", "model=lstm", "debug=smoke", f"hydra.run.dir={run_dir}")
+    trained = run_cli("train", "model=lstm", "debug=smoke", "trainer.epochs=2", f"hydra.run.dir={run_dir}")
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert (run_dir / "export" / "saved_model.pb").exists() and (run_dir / "model.keras").exists()
-    translated = run_cli("translate", run_dir / "export", input="March 3, 2021\n1 Jan 1999\n")
-    assert translated.returncode == 0, translated.stderr[-3000:]
-    assert len(translated.stdout.splitlines()) == 2
+    exported = run_cli("export", run_dir, "--average", "2", "--beam-size", "3", "--output", tmp_path / "beam")
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    for export in (run_dir / "export", tmp_path / "beam"):
+        translated = run_cli("translate", export, input="March 3, 2021\n1 Jan 1999\n")
+        assert translated.returncode == 0, translated.stderr[-3000:]
+        assert len(translated.stdout.splitlines()) == 2
+    refused = run_cli("export", run_dir, "--format", "ctranslate2", "--output", tmp_path / "ct2")
+    assert refused.returncode != 0 and "converts Transformers only" in refused.stderr
