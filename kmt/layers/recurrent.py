@@ -5,6 +5,11 @@ Attention-based Neural Machine Translation", sections 3.1 and 3.3)."""
 import keras
 from keras import ops
 
+# The loop `keras.layers.RNN` runs, which takes a step function (one that closes over the encoder states, which a
+# Keras 3 cell cannot be given): a `lax.scan` under JAX, a `tf.while_loop` whose `maximum_iterations` lets XLA
+# compile it (and its gradient) under TensorFlow. `keras.ops.scan` is differentiable under both but not
+# XLA-compilable under TensorFlow.
+from keras.src.backend import rnn
 from kmt.layers.masks import MASK_VALUE
 
 SCORES = ("general", "dot")  # Luong's content-based scores (section 3.1)
@@ -67,7 +72,7 @@ class AttentionDecoder(keras.layers.Layer):
     encoder's state at the first source position (whose backward half has read the whole sentence; Bahdanau et
     al., 2015, appendix A.2.2), `c_0 = 0`.
 
-    The recurrence is one `keras.ops.scan` in `call`; decoding runs `step` a token at a time, its state (each
+    The recurrence is Keras's RNN loop in `call`; decoding runs `step` a token at a time, its state (each
     layer's h and c, then h~) being the cache. No dropout inside the recurrence.
 
     Args:
@@ -151,12 +156,11 @@ class AttentionDecoder(keras.layers.Layer):
     def call(self, inputs, encoder_outputs, source_mask):
         keys = self.keys(encoder_outputs)
 
-        def step(state, x):
-            _, state = self.step(x, state, keys, encoder_outputs, source_mask)
-            return state, state  # the scan's outputs mirror its carry (TensorFlow's scan needs it); h~ is last
+        def step(x, state):
+            return self.step(x, list(state), keys, encoder_outputs, source_mask)
 
-        _, states = ops.scan(step, self.initial_state(encoder_outputs), ops.transpose(inputs, (1, 0, 2)))
-        return ops.transpose(states[-1], (1, 0, 2))  # (T, B, D) -> (B, T, D)
+        _, outputs, _ = rnn(step, inputs, self.initial_state(encoder_outputs), input_length=inputs.shape[1])
+        return outputs  # (B, T, D)
 
     def compute_output_spec(self, inputs, encoder_outputs, source_mask):
         return keras.KerasTensor(tuple(inputs.shape[:-1]) + (self.hidden_dim,), dtype=self.compute_dtype)
