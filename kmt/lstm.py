@@ -54,7 +54,7 @@ def build_lstm(
     Example:
     >>> model = build_lstm(vocab_size=100, num_layers=1, hidden_dim=16)
     >>> source = keras.ops.ones((2, 7), dtype="int32")
-    >>> model({"source": source, "target_in": keras.ops.ones((2, 5), dtype="int32")}).shape
+    >>> tuple(model({"source": source, "target_in": keras.ops.ones((2, 5), dtype="int32")}).shape)
     (2, 5, 100)
     """
     target_vocab_size = target_vocab_size or vocab_size

@@ -119,9 +119,9 @@ def test_saved_model_reloads_in_a_fresh_process(tmp_path, batch):
         "import sys, numpy as np, keras, kmt\n"
         "from kmt.inference.decoding import search_ids\n"
         "m = keras.saving.load_model(sys.argv[1], safe_mode=True)\n"
-        "b = np.load(sys.argv[2])\n"
-        "out = m({'source': b['source'].astype('int32'), 'target_in': b['target_in'].astype('int32')}, training=False)\n"
-        "tokens = search_ids(m, b['source'].astype('int32'), beam_size=2)[0]\n"
+        "b = {k: v.astype('int32') for k, v in np.load(sys.argv[2]).items()}\n"
+        "out = m(b, training=False)\n"
+        "tokens = search_ids(m, b['source'], beam_size=2)[0]\n"
         "np.savez(sys.argv[3], logits=keras.ops.convert_to_numpy(out), tokens=keras.ops.convert_to_numpy(tokens))\n"
     )
     out_path = tmp_path / "out.npz"

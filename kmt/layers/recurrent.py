@@ -10,6 +10,7 @@ from keras import ops
 # compile it (and its gradient) under TensorFlow. `keras.ops.scan` is differentiable under both but not
 # XLA-compilable under TensorFlow.
 from keras.src.backend import rnn
+
 from kmt.layers.masks import MASK_VALUE
 
 SCORES = ("general", "dot")  # Luong's content-based scores (section 3.1)
@@ -29,7 +30,7 @@ class TokenEmbedding(keras.layers.Layer):
         reverse: bool. Project states onto the vocabulary instead of embedding ids. Defaults to `False`.
 
     Example:
-    >>> TokenEmbedding(vocab_size=100, hidden_dim=16)(keras.ops.ones((2, 7), dtype="int32")).shape
+    >>> tuple(TokenEmbedding(vocab_size=100, hidden_dim=16)(keras.ops.ones((2, 7), dtype="int32")).shape)
     (2, 7, 16)
     """
 
@@ -91,7 +92,7 @@ class AttentionDecoder(keras.layers.Layer):
     Example:
     >>> decoder = AttentionDecoder(hidden_dim=8)
     >>> mask = keras.ops.ones((2, 1, 5), dtype="bool")
-    >>> decoder(keras.ops.ones((2, 3, 4)), keras.ops.ones((2, 5, 8)), mask).shape
+    >>> tuple(decoder(keras.ops.ones((2, 3, 4)), keras.ops.ones((2, 5, 8)), mask).shape)
     (2, 3, 8)
     """
 
