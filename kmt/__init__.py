@@ -15,6 +15,7 @@ with filtered_startup_logs():  # importing TensorFlow and finding its devices lo
         sys.modules["tensorflow"].config.list_physical_devices()
 
 from kmt import layers, losses, schedule  # noqa: E402, F401  (registers the Keras serializables)
+from kmt.lstm import build_lstm  # noqa: E402, F401
 from kmt.model import build_transformer  # noqa: E402, F401
 
 __version__ = "0.1.0"

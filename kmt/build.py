@@ -4,12 +4,14 @@
 import keras
 
 from kmt.losses import MaskedAccuracy, MaskedCrossEntropy, MaskedPerplexity
+from kmt.lstm import build_lstm
 from kmt.model import build_transformer
 from kmt.schedule import NoamSchedule
 
 
 def build_model(model_cfg, source_vocab_size, target_vocab_size, dtype_policy=None):
-    """A `build_transformer` model from `cfg.model` and the run's vocabulary sizes.
+    """A `build_transformer` model (or with `model.arch=lstm`, a `build_lstm` one) from `cfg.model` and the run's
+    vocabulary sizes.
 
     `dtype_policy` (e.g. `"float32"`) builds this model under that policy instead of the global one, which is left
     as it was. Decoding and export use float32 whatever the training precision: a mixed-precision SavedModel would
@@ -20,6 +22,19 @@ def build_model(model_cfg, source_vocab_size, target_vocab_size, dtype_policy=No
     if dtype_policy is not None:
         keras.config.set_dtype_policy(dtype_policy)
     try:
+        if model_cfg.arch == "lstm":
+            return build_lstm(
+                vocab_size=source_vocab_size,
+                target_vocab_size=target_vocab_size,
+                num_layers=model_cfg.num_layers,
+                num_decoder_layers=model_cfg.num_decoder_layers,
+                hidden_dim=model_cfg.hidden_dim,
+                dropout=model_cfg.dropout,
+                max_length=model_cfg.max_length,
+                shared_embeddings=model_cfg.shared_embeddings,
+                tied_output=model_cfg.tied_output,
+                score=model_cfg.score,
+            )
         return build_transformer(
             vocab_size=source_vocab_size,
             target_vocab_size=target_vocab_size,

@@ -269,10 +269,12 @@ def transformer_parts(model):
 def residual_dropouts(model):
     """The Dropout layers (`kmt.layers.Dropout`) whose rate is `build_transformer`'s `dropout` (P_drop): on the
     embeddings and on every sublayer's output before its residual connection; not those on attention weights or inside
-    the feed-forward networks (`attention_dropout`, `activation_dropout`), nor word dropout."""
+    the feed-forward networks (`attention_dropout`, `activation_dropout`), nor word dropout. Of a `build_lstm` model:
+    every Dropout layer it has (`dropout`)."""
     found = []
     for layer in model.layers:
-        if layer.name in ("source_embedding_dropout", "target_embedding_dropout"):
+        if layer.name in ("source_embedding_dropout", "target_embedding_dropout", "decoder_dropout") or \
+                layer.name.startswith("encoder_dropout_"):
             found.append(layer)
         elif isinstance(layer, (EncoderLayer, DecoderLayer)):
             found += layer.residual_dropouts()

@@ -98,6 +98,9 @@ def main(argv=None):
         if args.sampling_topp is not None:
             cfg.decode.sampling_topp = args.sampling_topp
         validate_decode(cfg.decode)
+        if args.format == "ctranslate2" and cfg.model.get("arch", "transformer") != "transformer":
+            raise KmtError(f"--format ctranslate2 converts Transformers only; {run_dir} trained model.arch="
+                           f"{cfg.model.arch} (export it as a SavedModel)")
         vocabularies = Vocabularies.load(run.tokenizer)
         for other in map(RunDir, others):
             other.read_config()  # a run directory

@@ -1,4 +1,4 @@
-"""The Transformer's layers, in pure Keras 3 (`keras.ops` only: TensorFlow, JAX and PyTorch backends)."""
+"""The Transformer's layers and the recurrent baseline's (`recurrent.py`), in pure Keras 3 (`keras.ops` only: TensorFlow, JAX and PyTorch backends)."""
 
 from kmt.layers.attention import MultiHeadAttention
 from kmt.layers.decoder import DecoderLayer
@@ -11,21 +11,26 @@ from kmt.layers.masks import (
     causal_mask,
     padding_mask,
     source_attention_mask,
+    source_padding_mask,
     target_attention_mask,
 )
+from kmt.layers.recurrent import AttentionDecoder, TokenEmbedding
 
 __all__ = [
     "MASK_VALUE",
+    "AttentionDecoder",
     "DecoderLayer",
     "Dropout",
     "EncoderLayer",
     "FeedForward",
     "MultiHeadAttention",
     "PositionalEmbedding",
+    "TokenEmbedding",
     "causal_mask",
     "padding_mask",
     "positional_encoding",
     "sinusoids",
     "source_attention_mask",
+    "source_padding_mask",
     "target_attention_mask",
 ]

@@ -56,6 +56,12 @@ def source_attention_mask(source):
 
 
 @keras.saving.register_keras_serializable(package="kmt")
+def source_padding_mask(source):
+    """The mask a recurrent encoder skips padding with (`kmt.lstm`): (B, S) ids -> (B, S) bool, True at real tokens."""
+    return padding_mask(source)
+
+
+@keras.saving.register_keras_serializable(package="kmt")
 def target_attention_mask(target_in):
     """Causal mask merged with target padding for decoder self-attention: (B, T) ids -> (B, T, T)."""
     length = ops.shape(target_in)[1]
