@@ -22,34 +22,21 @@ def build_model(model_cfg, source_vocab_size, target_vocab_size, dtype_policy=No
     if dtype_policy is not None:
         keras.config.set_dtype_policy(dtype_policy)
     try:
+        shared = dict(
+            vocab_size=source_vocab_size, target_vocab_size=target_vocab_size, num_layers=model_cfg.num_layers,
+            num_decoder_layers=model_cfg.num_decoder_layers, hidden_dim=model_cfg.hidden_dim,
+            dropout=model_cfg.dropout, max_length=model_cfg.max_length,
+            shared_embeddings=model_cfg.shared_embeddings, tied_output=model_cfg.tied_output,
+        )
         if model_cfg.arch == "lstm":
-            return build_lstm(
-                vocab_size=source_vocab_size,
-                target_vocab_size=target_vocab_size,
-                num_layers=model_cfg.num_layers,
-                num_decoder_layers=model_cfg.num_decoder_layers,
-                hidden_dim=model_cfg.hidden_dim,
-                dropout=model_cfg.dropout,
-                max_length=model_cfg.max_length,
-                shared_embeddings=model_cfg.shared_embeddings,
-                tied_output=model_cfg.tied_output,
-                score=model_cfg.score,
-            )
+            return build_lstm(**shared, score=model_cfg.score)
         return build_transformer(
-            vocab_size=source_vocab_size,
-            target_vocab_size=target_vocab_size,
-            num_layers=model_cfg.num_layers,
-            num_decoder_layers=model_cfg.num_decoder_layers,
-            hidden_dim=model_cfg.hidden_dim,
+            **shared,
             num_heads=model_cfg.num_heads,
             intermediate_dim=model_cfg.intermediate_dim,
-            dropout=model_cfg.dropout,
             attention_dropout=model_cfg.attention_dropout,
             activation_dropout=model_cfg.activation_dropout,
-            max_length=model_cfg.max_length,
             norm_first=model_cfg.norm_first,
-            shared_embeddings=model_cfg.shared_embeddings,
-            tied_output=model_cfg.tied_output,
             learned_positions=model_cfg.learned_positions,
             source_word_dropout=model_cfg.source_word_dropout,
             target_word_dropout=model_cfg.target_word_dropout,
