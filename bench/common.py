@@ -79,14 +79,15 @@ def require_positive(parser, args, *names):
 
 
 def recipe_config(experiment, overrides=()):
-    """An experiment's config composed and validated as kmt-train composes it (`overrides` are Hydra overrides)."""
+    """An experiment's config composed and validated as kmt-train composes it (`overrides` are Hydra overrides);
+    `experiment=None` composes kmt-train's default config."""
     from hydra import compose, initialize_config_dir
 
     from kmt import config as config_lib
 
     config_lib.register_configs()
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("config", overrides=[f"experiment={experiment}", *overrides])
+        cfg = compose("config", overrides=[*([f"experiment={experiment}"] if experiment else []), *overrides])
     config_lib.validate(cfg)
     return cfg
 

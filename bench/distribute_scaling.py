@@ -30,19 +30,6 @@ import common  # noqa: E402
 MODEL = ("model.num_layers=2", "model.hidden_dim=128", "model.num_heads=4", "model.intermediate_dim=256")
 
 
-def compose(overrides):
-    """kmt-train's config with `overrides`, validated."""
-    from hydra import compose, initialize_config_dir
-
-    from kmt import config as config_lib
-
-    config_lib.register_configs()
-    with initialize_config_dir(config_dir=common.CONFIG_DIR, version_base="1.3"):
-        cfg = compose("config", overrides=overrides)
-    config_lib.validate(cfg)
-    return cfg
-
-
 def measure(prepared, devices, rounds, overrides):
     """In this process (its backend and devices set by `main`): `rounds` x (none, mirrored) tokens/s."""
     import keras
@@ -58,8 +45,9 @@ def measure(prepared, devices, rounds, overrides):
 
     runs = {}
     for mode in ("none", "mirrored"):
-        cfg = compose(["debug=smoke", "data=prepared", f"data.path={prepared}", f"trainer.distribute={mode}",
-                       "trainer.precision=float32", *MODEL, *overrides])
+        cfg = common.recipe_config(None, ["debug=smoke", "data=prepared", f"data.path={prepared}",
+                                          f"trainer.distribute={mode}", "trainer.precision=float32", *MODEL,
+                                          *overrides])
         p = prepare(cfg, tempfile.mkdtemp(prefix=f"kmt-scaling-{mode}-"))
         with p.placement.scope():
             common.fit_seconds(p.model, p.train_data, p.steps_per_epoch)  # untimed: traces and compiles
