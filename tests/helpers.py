@@ -49,3 +49,28 @@ def pixels_of_color(png, color):
     image = matplotlib.image.imread(png)
     rgb = np.array([int(color[i : i + 2], 16) for i in (1, 3, 5)]) / 255
     return int((np.abs(image[..., :3] - rgb).max(axis=-1) < 0.02).sum())
+
+
+def model_inputs(source, target_in):
+    """A model's input dict from token-id lists or arrays."""
+    import numpy as np
+
+    return {"source": np.asarray(source, "int32"), "target_in": np.asarray(target_in, "int32")}
+
+
+def model_logits(model, source, target_in):
+    """`model`'s inference logits for the batch, as numpy."""
+    from keras import ops
+
+    return ops.convert_to_numpy(model(model_inputs(source, target_in), training=False))
+
+
+def token_batch():
+    """`(source, target_in)`: 3 random sentences of ids in [1, 23), the first source padded from position 5."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    source = rng.integers(1, 23, size=(3, 7))
+    source[0, 5:] = 0  # a padded sentence
+    target_in = rng.integers(1, 23, size=(3, 6))
+    return source, target_in

@@ -17,32 +17,21 @@ from kmt.layers import Dropout
 from kmt.lstm import LSTMParts, build_lstm
 from kmt.model import residual_dropouts, set_residual_dropout
 from kmt.special_ids import END_ID, START_ID
+from tests.helpers import model_inputs, model_logits, token_batch
 
 TINY = dict(vocab_size=23, num_layers=2, hidden_dim=16, dropout=0.1, max_length=20)
 
 
-def _inputs(source, target_in):
-    return {"source": np.asarray(source, "int32"), "target_in": np.asarray(target_in, "int32")}
-
-
-def _logits(model, source, target_in):
-    return ops.convert_to_numpy(model(_inputs(source, target_in), training=False))
-
-
 @pytest.fixture
 def batch():
-    rng = np.random.default_rng(0)
-    source = rng.integers(1, 23, size=(3, 7))
-    source[0, 5:] = 0  # a padded sentence
-    target_in = rng.integers(1, 23, size=(3, 6))
-    return source, target_in
+    return token_batch()
 
 
 @pytest.mark.parametrize("options", [{}, {"shared_embeddings": False, "tied_output": False, "score": "dot"}])
 def test_logits_shape_and_dtype(batch, options):
     sizes = {"target_vocab_size": 29} if options else {}
     model = build_lstm(**TINY, **options, **sizes)
-    logits = model(_inputs(*batch), training=False)
+    logits = model(model_inputs(*batch), training=False)
     assert tuple(logits.shape) == (3, 6, sizes.get("target_vocab_size", 23)) and logits.dtype == "float32"
     assert isinstance(decoding_parts(model), LSTMParts)
 
@@ -57,7 +46,7 @@ def test_source_padding_does_not_change_logits(batch):
     model = build_lstm(**TINY)
     source, target_in = batch
     padded = np.concatenate([source, np.zeros((3, 4), source.dtype)], axis=1)
-    np.testing.assert_allclose(_logits(model, padded, target_in), _logits(model, source, target_in), atol=1e-5)
+    np.testing.assert_allclose(model_logits(model, padded, target_in), model_logits(model, source, target_in), atol=1e-5)
 
 
 def test_future_target_tokens_do_not_change_past_logits(batch):
@@ -65,15 +54,15 @@ def test_future_target_tokens_do_not_change_past_logits(batch):
     source, target_in = batch
     changed = target_in.copy()
     changed[:, 4:] = 5
-    np.testing.assert_allclose(_logits(model, source, changed)[:, :4], _logits(model, source, target_in)[:, :4],
+    np.testing.assert_allclose(model_logits(model, source, changed)[:, :4], model_logits(model, source, target_in)[:, :4],
                                atol=1e-6)
 
 
 def test_dropout_acts_only_in_training(batch):
     model = build_lstm(**TINY | {"dropout": 0.5})
-    inputs = _inputs(*batch)
-    np.testing.assert_array_equal(_logits(model, *batch), _logits(model, *batch))
-    assert not np.allclose(ops.convert_to_numpy(model(inputs, training=True)), _logits(model, *batch))
+    inputs = model_inputs(*batch)
+    np.testing.assert_array_equal(model_logits(model, *batch), model_logits(model, *batch))
+    assert not np.allclose(ops.convert_to_numpy(model(inputs, training=True)), model_logits(model, *batch))
 
 
 def test_late_dropout_sets_every_dropout_layer():
@@ -88,7 +77,7 @@ def test_step_by_step_decoding_matches_the_teacher_forced_logits(batch, next_fn)
     teacher-forced forward pass does."""
     model = build_lstm(**TINY)
     source, target_in = batch
-    expected = _logits(model, source, target_in)  # (B, T, V)
+    expected = model_logits(model, source, target_in)  # (B, T, V)
     encoder_outputs, source_mask = decoding_parts(model).encode(source)
     fn, state = next_fn(model, encoder_outputs, source_mask, target_in.shape[1] - 1)
     tokens = ops.convert_to_tensor(target_in.astype("int32"))
@@ -113,7 +102,7 @@ def test_saved_model_reloads_in_a_fresh_process(tmp_path, batch):
     model.save(path)
     source, target_in = batch
     np.savez(inputs_path, source=source, target_in=target_in)
-    expected = _logits(model, source, target_in)
+    expected = model_logits(model, source, target_in)
     tokens = ops.convert_to_numpy(search_ids(model, source, beam_size=2)[0])
     script = (
         "import sys, numpy as np, keras, kmt\n"
@@ -148,7 +137,7 @@ def test_model_learns_a_copy_task():
 
     for _ in range(300):
         source, target_in, labels = pairs(32)
-        _, accuracy = model.train_on_batch(_inputs(source, target_in), labels)[:2]
+        _, accuracy = model.train_on_batch(model_inputs(source, target_in), labels)[:2]
     assert accuracy > 0.9
     source, _, labels = pairs(16)
     tokens = ops.convert_to_numpy(search_ids(model, source, beam_size=1, max_length=7)[0])

@@ -10,25 +10,14 @@ from keras import ops
 from kmt.layers import DecoderLayer, EncoderLayer
 from kmt.losses import MaskedAccuracy, MaskedCrossEntropy
 from kmt.model import build_transformer, residual_dropouts, set_residual_dropout
+from tests.helpers import model_inputs, model_logits, token_batch
 
 TINY = dict(vocab_size=23, num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.1)
 
 
-def _inputs(source, target_in):
-    return {"source": np.asarray(source, "int32"), "target_in": np.asarray(target_in, "int32")}
-
-
-def _logits(model, source, target_in):
-    return ops.convert_to_numpy(model(_inputs(source, target_in), training=False))
-
-
 @pytest.fixture
 def batch():
-    rng = np.random.default_rng(0)
-    source = rng.integers(1, 23, size=(3, 7))
-    source[0, 5:] = 0  # a padded sentence
-    target_in = rng.integers(1, 23, size=(3, 6))
-    return source, target_in
+    return token_batch()
 
 
 def test_base_preset_has_the_papers_parameter_count():
@@ -38,7 +27,7 @@ def test_base_preset_has_the_papers_parameter_count():
 
 def test_logits_shape_and_dtype(batch):
     model = build_transformer(**TINY)
-    logits = model(_inputs(*batch))
+    logits = model(model_inputs(*batch))
     assert tuple(logits.shape) == (3, 6, 23)
     assert keras.backend.standardize_dtype(logits.dtype) == "float32"
 
@@ -48,7 +37,7 @@ def test_future_target_tokens_do_not_change_past_logits(batch):
     source, target_in = batch
     changed = target_in.copy()
     changed[:, 3:] = (changed[:, 3:] % 22) + 1
-    before, after = _logits(model, source, target_in), _logits(model, source, changed)
+    before, after = model_logits(model, source, target_in), model_logits(model, source, changed)
     np.testing.assert_allclose(before[:, :3], after[:, :3], atol=1e-5)
     assert not np.allclose(before[:, 3:], after[:, 3:])
 
@@ -59,7 +48,7 @@ def test_source_padding_does_not_change_logits(batch, policy):
     model = build_transformer(**TINY)
     source, target_in = batch
     padded = np.concatenate([source, np.zeros((3, 4), source.dtype)], axis=1)
-    before, after = _logits(model, source, target_in), _logits(model, padded, target_in)
+    before, after = model_logits(model, source, target_in), model_logits(model, padded, target_in)
     assert np.isfinite(after).all()
     tolerance = 1e-5 if policy == "float32" else 2e-2
     np.testing.assert_allclose(before, after, atol=tolerance)
@@ -71,7 +60,7 @@ def test_untied_separate_vocabularies_and_pre_norm(batch):
         norm_first=True, learned_positions=True, max_length=16,
     )
     source, target_in = batch
-    assert _logits(model, source, target_in).shape == (3, 6, 31)
+    assert model_logits(model, source, target_in).shape == (3, 6, 31)
     assert model.get_layer("source_embedding") is not model.get_layer("target_embedding")
     with pytest.raises(ValueError, match="joint vocabulary"):
         build_transformer(**TINY, target_vocab_size=31)
@@ -87,7 +76,7 @@ def test_tied_embeddings_are_one_matrix():
 
 def test_dropout_acts_only_in_training(batch):
     model = build_transformer(**TINY | {"dropout": 0.3})
-    inputs = _inputs(*batch)
+    inputs = model_inputs(*batch)
     a, b = (ops.convert_to_numpy(model(inputs, training=False)) for _ in range(2))
     np.testing.assert_array_equal(a, b)
     assert not np.allclose(a, ops.convert_to_numpy(model(inputs, training=True)))
@@ -114,7 +103,7 @@ def test_word_dropout_zeroes_whole_positions_in_training_only(batch):
     assert not [layer.name for layer in plain.layers if "word_dropout" in layer.name]  # off: no layer at all
     model = build_transformer(**TINY, source_word_dropout=0.5, target_word_dropout=0.25)
     model.set_weights(plain.get_weights())  # word dropout has no weights
-    np.testing.assert_allclose(_logits(model, *batch), _logits(plain, *batch), atol=1e-6)
+    np.testing.assert_allclose(model_logits(model, *batch), model_logits(plain, *batch), atol=1e-6)
 
     word = model.get_layer("source_word_dropout")
     assert model.get_layer("target_word_dropout").rate == 0.25
@@ -134,7 +123,7 @@ def test_saved_model_reloads_in_a_fresh_process(tmp_path, batch):
     model.save(path)
     source, target_in = batch
     np.savez(inputs_path, source=source, target_in=target_in)
-    expected = _logits(model, source, target_in)
+    expected = model_logits(model, source, target_in)
     script = (
         "import sys, numpy as np, keras, kmt.model, kmt.losses\n"
         "m = keras.saving.load_model(sys.argv[1], safe_mode=True)\n"
@@ -155,5 +144,5 @@ def test_model_learns_a_copy_task():
     model.compile(optimizer=keras.optimizers.Adam(3e-3), loss=MaskedCrossEntropy(), metrics=[MaskedAccuracy()])
     source = rng.integers(3, 23, size=(32, 6)).astype("int32")
     target_in = np.concatenate([np.full((32, 1), 1), source[:, :-1]], axis=1).astype("int32")
-    losses = [float(model.train_on_batch(_inputs(source, target_in), source)[0]) for _ in range(60)]
+    losses = [float(model.train_on_batch(model_inputs(source, target_in), source)[0]) for _ in range(60)]
     assert losses[-1] < 0.6 * losses[0]
