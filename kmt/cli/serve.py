@@ -40,7 +40,8 @@ def parse_args(argv=None):
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on; 0.0.0.0 for every interface (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8501,
-                        help="port; 0 picks a free one, logged at start (default: 8501, TensorFlow Serving's REST port)")
+                        help="port; 0 picks a free one, logged at start "
+                        "(default: 8501, TensorFlow Serving's REST port)")
     parser.add_argument("--model-name", default="kmt",
                         help="the NAME in /v1/models/NAME, as tensorflow_model_server's --model_name (default: kmt)")
     parser.add_argument("--max-batch-size", type=int, default=32,
