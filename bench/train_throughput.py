@@ -21,7 +21,9 @@ peak measured here on the same machine (the best of the Keras backend and torch)
 `--kmt-variants` adds more kmt runners to the same rotation, each the plain kmt model with one switch changed:
 `xla` compiles its train step with XLA (`trainer.jit_compile=true`), `bf16` builds it under the `mixed_bfloat16`
 dtype policy (`trainer.precision=mixed_bfloat16`), `xla+bf16` does both, `noppl` leaves out the perplexity metric
-(what `MaskedPerplexity` costs a step). Their ratios are over plain kmt.
+(what `MaskedPerplexity` costs a step). Their ratios are over plain kmt. `lstm` is not a switch but the other
+model kmt-train builds (`model=lstm`: a 2-layer bidirectional LSTM encoder and a 2-layer LSTM decoder with Luong
+attention, at the preset's width), on the same batches, schedule and loss; its FLOPs are counted by `lstm_flops`.
 """
 
 import argparse
@@ -32,7 +34,8 @@ from dataclasses import dataclass
 from common import fit_seconds, median, print_json, print_table, require_positive, timed
 
 FRAMEWORKS = ("kmt", "keras_hub", "torch")
-KMT_VARIANTS = ("xla", "bf16", "xla+bf16", "noppl")
+KMT_VARIANTS = ("xla", "bf16", "xla+bf16", "noppl", "lstm")
+LSTM_LAYERS = 2  # the recurrent baseline's depth (conf/model/lstm.yaml)
 PRESETS = {
     "small": dict(num_layers=3, hidden_dim=256, num_heads=4, intermediate_dim=1024),
     "base": dict(num_layers=6, hidden_dim=512, num_heads=8, intermediate_dim=2048),
@@ -67,8 +70,8 @@ def parse_args(argv=None):
                              "KERAS_BACKEND=jax, where without it fit runs op by op")
     parser.add_argument("--kmt-variants", default="",
                         help=f"comma-separated kmt variants to time beside plain kmt, of {','.join(KMT_VARIANTS)}: "
-                             "XLA-compiled train step, mixed_bfloat16 policy, both, or no perplexity metric "
-                             "(default: none)")
+                             "XLA-compiled train step, mixed_bfloat16 policy, both, no perplexity metric, or "
+                             "the LSTM baseline (default: none)")
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="MFU against this peak instead of the measured float32 matmul peak, "
                              "e.g. 990 for an H100's dense bfloat16")
@@ -117,6 +120,22 @@ def training_flops(batch_size, source_length, target_length, num_layers, hidden_
     decoder_layer = self_attention + cross_attention + 4 * b * t * d * f
     output = 2 * b * t * d * v
     return 3 * (num_layers * (encoder_layer + decoder_layer) + output)
+
+
+def lstm_flops(batch_size, source_length, target_length, num_layers, hidden_dim, vocab_size):
+    """`training_flops` for `build_lstm` (2 FLOPs a multiply-accumulate, 3 x forward). Per source token, each
+    bidirectional layer's two LSTMs of D/2 units read D features (4 gates: 2 * 4 * D/2 * (D + D/2) = 6*D^2 MACs) and
+    the "general" score's W_a e_s adds D^2; per target token the first decoder LSTM reads [y; h~] (12*D^2), the others
+    h (8*D^2 each), attention scores and context take 2*S*D, the combination W_c [c; h] 2*D^2 and the output D*V.
+
+    Example:
+    >>> lstm_flops(1, 1, 1, num_layers=1, hidden_dim=1, vocab_size=1)  # 6 * ((6 + 1) + (12 + 2 + 2 + 1))
+    144
+    """
+    b, s, t, d, v, n = batch_size, source_length, target_length, hidden_dim, vocab_size, num_layers
+    source = s * (6 * d * d * n + d * d)
+    target = t * (12 * d * d + 8 * d * d * (n - 1) + 2 * s * d + 2 * d * d + d * v)
+    return 6 * b * (source + target)
 
 
 def synthetic_batches(steps, batch_size, length, vocab_size, seed):
@@ -173,9 +192,10 @@ class Runner:
     epoch: Callable[[int], float]
     parameters: int
     tied: bool
+    flops: int = 0  # a training step's, when not the Transformer's `training_flops`
 
 
-def keras_runner(name, model, data, hidden_dim, jit_compile, tied, perplexity=True):
+def keras_runner(name, model, data, hidden_dim, jit_compile, tied, perplexity=True, flops=0):
     """Compiles `model` as kmt's `compile_model` does (Adam(0.9, 0.98, 1e-9) on `NoamSchedule`,
     `MaskedCrossEntropy(0.1)`, `MaskedAccuracy`, and `MaskedPerplexity` unless not `perplexity`); each epoch is one
     `model.fit` of `steps` steps on `data`."""
@@ -197,7 +217,7 @@ def keras_runner(name, model, data, hidden_dim, jit_compile, tied, perplexity=Tr
     def epoch(steps):
         return fit_seconds(model, data, steps)
 
-    return Runner(name, epoch, model.count_params(), tied)
+    return Runner(name, epoch, model.count_params(), tied, flops)
 
 
 def build_runners(args, sizes, batches):
@@ -211,10 +231,20 @@ def build_runners(args, sizes, batches):
     if "kmt" in args.frameworks or "keras_hub" in args.frameworks:
         data = keras_dataset(batches)
     if "kmt" in args.frameworks:
+        from kmt.lstm import build_lstm
         from kmt.model import build_transformer
 
         for variant in [""] + args.kmt_variants:
             switches = variant.split("+")
+            if variant == "lstm":
+                keras.config.set_dtype_policy(args.precision)
+                model = build_lstm(args.vocab, num_layers=LSTM_LAYERS, hidden_dim=sizes["hidden_dim"],
+                                   dropout=args.dropout, max_length=max_length, name="kmt_lstm")
+                flops = lstm_flops(args.batch_size, args.length, args.length, LSTM_LAYERS, sizes["hidden_dim"],
+                                   args.vocab)
+                runners.append(keras_runner("kmt+lstm", model, data, sizes["hidden_dim"], args.jit_compile,
+                                            tied=True, flops=flops))
+                continue
             keras.config.set_dtype_policy("mixed_bfloat16" if "bf16" in switches else args.precision)
             # Attention-weight dropout as in the references; no dropout after the feed-forward ReLU, as in keras-hub.
             model = build_transformer(args.vocab, **sizes, dropout=args.dropout, attention_dropout=args.dropout,
@@ -334,13 +364,15 @@ def main(argv=None):
     results = {}
     for runner in runners:
         step_seconds = median(seconds[runner.name]) / args.steps
+        step_flops = runner.flops or flops
         results[runner.name] = {
             "parameters": runner.parameters,
             "output_projection": "tied" if runner.tied else "untied",
             "step_ms": 1000 * step_seconds,
             "tokens_per_second": args.batch_size * args.length / step_seconds,  # target tokens
-            "tflops": flops / step_seconds / 1e12,
-            "mfu": flops / step_seconds / 1e12 / peak,
+            "flops_per_step": step_flops,
+            "tflops": step_flops / step_seconds / 1e12,
+            "mfu": step_flops / step_seconds / 1e12 / peak,
             "epoch_seconds": seconds[runner.name],
         }
     kmt = results.get("kmt")
