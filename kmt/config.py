@@ -43,8 +43,8 @@ class DataConfig:
     # training a vocabulary
     dir: str = "${oc.env:KMT_DATA_DIR,data}"  # where corpora live (and are downloaded to)
     download: bool = True  # fetch a missing public corpus into `dir`
-    source_lang: str = "en"  # multi30k: en, de, fr or cs
-    target_lang: str = "de"  # multi30k: the other side of the pair
+    source_lang: str = "en"  # multi30k: en, de, fr or cs; spa_eng: en or es
+    target_lang: str = "de"  # the other side of the pair
     tokenized: bool = False  # multi30k: the lowercased, Moses-tokenized tok/ copies published numbers use
     seed: int = 1234  # generated data and the spa_eng split
     num_train: int = 20000  # dates: generated training pairs

@@ -227,6 +227,22 @@ def test_spa_eng_split_by_english_sentence_is_disjoint_complete_and_seeded(tmp_p
     assert any(other != splits["val"] for other in others)
 
 
+def test_spa_eng_from_spanish_swaps_the_sides_of_the_same_split(tmp_path):
+    write(tmp_path / "spa-eng" / "spa.txt", spa_text())
+    forward = load_spa_eng(tmp_path, seed=1, val_size=3, test_size=2, download=False)
+    backward = load_spa_eng(tmp_path, seed=1, val_size=3, test_size=2, download=False, source_lang="es",
+                            target_lang="en")
+    for split in ("train", "val", "test"):
+        assert (backward[split].source, backward[split].target) == (forward[split].target, forward[split].source)
+
+
+@pytest.mark.parametrize("source, target", [("en", "fr"), ("es", "es"), ("de", "en")])
+def test_spa_eng_in_other_languages_is_a_one_line_error(tmp_path, source, target):
+    write(tmp_path / "spa-eng" / "spa.txt", spa_text())
+    raises_one_line(f"Received: source_lang={source!r}, target_lang={target!r}", call=lambda: load_spa_eng(
+        tmp_path, val_size=3, test_size=2, download=False, source_lang=source, target_lang=target))
+
+
 def test_spa_eng_line_with_one_field_names_file_and_line(tmp_path):
     path = write(tmp_path / "spa-eng" / "spa.txt", "Go.\tVe.\nHi. Hola.\n")
     raises_one_line(f"{path} line 2", call=lambda: load_spa_eng(tmp_path, val_size=0, test_size=0, download=False))

@@ -213,12 +213,15 @@ def load_spa_eng(
     test_size: int = 2000,
     download: bool = True,
     url: str = SPA_ENG_URL,
+    source_lang: str = "en",
+    target_lang: str = "es",
 ) -> dict[str, ParallelText]:
-    """Load the English -> Spanish Tatoeba pairs from `<data_dir>/spa-eng/spa.txt`, split by unique English sentence.
+    """Load the Tatoeba English-Spanish pairs from `<data_dir>/spa-eng/spa.txt`, split by unique English sentence.
 
     The sorted unique English sentences are shuffled with `random.Random(seed)`; the first `val_size` go to val,
-    the next `test_size` to test, the rest to train, and every pair follows its English sentence, so a source
-    with several translations never sits in two splits. Pairs keep their file order within a split.
+    the next `test_size` to test, the rest to train, and every pair follows its English sentence, so an English
+    sentence with several translations never sits in two splits. Pairs keep their file order within a split. The
+    split is the same in both directions: `source_lang="es"` only swaps the sides.
 
     Args:
         data_dir: folder holding `spa-eng/`.
@@ -227,7 +230,14 @@ def load_spa_eng(
         test_size: number of unique English sentences in test. Defaults to `2000`.
         download: fetch `spa-eng.zip` from `url` when `spa.txt` is absent. Defaults to `True`.
         url: address of the zip, member `spa-eng/spa.txt`. Defaults to `SPA_ENG_URL`.
+        source_lang: "en" or "es". Defaults to `"en"`.
+        target_lang: the other one. Defaults to `"es"`.
     """
+    if sorted((source_lang, target_lang)) != ["en", "es"]:
+        raise DataError(
+            "spa_eng translates en -> es or es -> en: set data.source_lang and data.target_lang to en and es. "
+            f"Received: source_lang={source_lang!r}, target_lang={target_lang!r}"
+        )
     folder = Path(data_dir) / "spa-eng"
     path = folder / "spa.txt"
 
@@ -260,6 +270,8 @@ def load_spa_eng(
         sources, targets = columns[split_of.get(source, "train")]
         sources.append(source)
         targets.append(target)
+    if source_lang == "es":
+        columns = {split: (targets, sources) for split, (sources, targets) in columns.items()}
     return {split: ParallelText(*columns[split], str(path), str(path)) for split in SPLITS}
 
 
