@@ -242,22 +242,21 @@ def test_the_train_step_is_traced_once_across_batch_shapes():
 
 def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
     result = run_cli(
-        "train", "-m", "model.num_layers=1,2", "optim.warmup_steps=100,200", "debug=smoke", "trainer.export=false",
+        "train", "-m", "model.num_layers=1,2", "optim.warmup_steps=100", "debug=smoke", "trainer.export=false",
         f"hydra.sweep.dir={tmp_path}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
-    assert jobs == ["0", "1", "2", "3"]
+    assert jobs == ["0", "1"]
     assert all((tmp_path / job / "metrics.json").exists() for job in jobs)
     with open(tmp_path / "summary.csv") as f:
         rows = list(csv.DictReader(f))
     assert [row["overrides"].lower() for row in rows] == [  # Hydra writes booleans as False/True
-        f"model.num_layers={n} optim.warmup_steps={w} debug=smoke trainer.export=false"
-        for n in (1, 2) for w in (100, 200)
+        f"model.num_layers={n} optim.warmup_steps=100 debug=smoke trainer.export=false" for n in (1, 2)
     ]
     assert all(float(row["val.loss"]) > 0 for row in rows)
     assert "| job |" in (tmp_path / "summary.md").read_text()
-    colors = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")  # matplotlib's C0-C3: one per job
+    colors = ("#1f77b4", "#ff7f0e")  # matplotlib's C0 and C1: one per job
     assert all(pixels_of_color(tmp_path / "summary.png", color) > 30 for color in colors)
 
 
