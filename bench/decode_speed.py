@@ -27,6 +27,11 @@ SavedModels' search settings and the same alpha (CTranslate2 divides by length^a
 --tokenized-reference (aligned with the sentences, before any --min-source-tokens selection) each variant's
 translations at the largest batch size are scored with tokenized BLEU (`kmt.metrics.tokenized_bleu`).
 
+With --against OTHER_RUN_DIR the two runs' models (say a `model=lstm` run and a Transformer) are timed side by side
+instead: each exported once greedy and once with beam 4 (cached, each run's own search settings), every output
+counted with the first run's target vocabulary so that tokens/s share one yardstick; the ratios are the other run's
+over the first's.
+
 Sentences come from `--source`, or else from the run's own validation split (`kmt.data.load_corpus` on its
 `config.yaml`, never downloading). Multi30k val sentences are short; raise `--min-source-tokens` until the reported
 mean output length is near the length you care about (the issue's target: about 30 tokens).
@@ -70,6 +75,8 @@ def parse_args(argv=None):
     parser.add_argument("--out", help="where to write the exports (default: a temporary directory)")
     parser.add_argument("--ctranslate2", action="store_true",
                         help="compare the SavedModel with CTranslate2 float32 and int8, greedy and beam 5")
+    parser.add_argument("--against", metavar="OTHER_RUN_DIR",
+                        help="time this run's model against another run's (same source language), greedy and beam 4")
     parser.add_argument("--tokenized-reference",
                         help="tokenized, lowercased references aligned with the sentences (Multi30k's tok/ files): "
                              "report each variant's tokenized BLEU")
@@ -83,6 +90,8 @@ def parse_args(argv=None):
             parser.error(f"--{name} must be at least 1. Received: {getattr(args, name)}")
     if min(args.batch_sizes) < 1:
         parser.error(f"--batch-sizes must be at least 1. Received: {args.batch_sizes}")
+    if args.against and args.ctranslate2:
+        parser.error("--against and --ctranslate2 are two different comparisons: choose one")
     return args
 
 
@@ -146,6 +155,26 @@ def export_variants(cfg, vocabularies, model, directory, ctranslate2=False):
             variants[name] = lambda batch, translator=translators[engine], beam_size=beam_size: \
                 translator.translate(batch, beam_size=beam_size)[0]
     return variants, search
+
+
+def labels(cfg, other_cfg):
+    """The two runs' names in the tables: their architectures, or "first" and "other" when those are the same."""
+    names = [(c.get("model") or {}).get("arch", "transformer") for c in (cfg, other_cfg)]
+    return names if names[0] != names[1] else ["first", "other"]
+
+
+def run_variants(runs, directory):
+    """`--against`: for each `(label, cfg, vocabularies, model)` of `runs`, greedy and beam `BEAM_SIZE` SavedModels
+    (cached) with the run's own search settings: name -> translate."""
+    variants = {}
+    for label, cfg, vocabularies, model in runs:
+        decode = cfg.get("decode") or {}
+        search = {key: decode[key] for key in SEARCH_KEYS if key in decode}
+        for search_name, beam_size in (("greedy", 1), (f"beam{BEAM_SIZE}", BEAM_SIZE)):
+            name = f"{label} {search_name}"
+            variants[name] = saved_model(model, vocabularies, search, Path(directory) / name.replace(" ", "_"),
+                                         beam_size)
+    return variants
 
 
 def calls(sentences, batch_size):
@@ -213,8 +242,11 @@ def summarize(results, batch_sizes, pairs):
     return rows, speedups
 
 
-def comparisons(ctranslate2):
-    """`(variant, baseline)` pairs: cached over uncached, or each CTranslate2 variant over the SavedModel."""
+def comparisons(ctranslate2, names=None):
+    """`(variant, baseline)` pairs: cached over uncached, each CTranslate2 variant over the SavedModel, or with the
+    two runs' `names` (`--against`) the other run's over the first's."""
+    if names:
+        return [(f"{names[1]} {search}", f"{names[0]} {search}") for search in ("greedy", f"beam{BEAM_SIZE}")]
     if not ctranslate2:
         return [(f"{search} cached", f"{search} uncached") for search in ("greedy", f"beam{BEAM_SIZE}")]
     return [(name, name.replace(engine, "SavedModel")) for name, (engine, _) in CT2_VARIANTS.items()
@@ -242,14 +274,20 @@ def main(argv=None):
     with exit_on_user_error():
         cfg, vocabularies, model = load_run_model(args.run_dir)
         sentences, mean_source_tokens, lines = pick_sentences(args, cfg, vocabularies)
+        other = load_run_model(args.against) if args.against else None
+    names = labels(cfg, other[0]) if other else None
 
     def count_tokens(translations):
         return int(vocabularies.target.tokenize(translations).row_lengths().numpy().sum())
 
     with tempfile.TemporaryDirectory(prefix="decode_speed_") as scratch:
-        variants, search = export_variants(cfg, vocabularies, model, args.out or scratch, args.ctranslate2)
+        if other:
+            variants = run_variants([(names[0], cfg, vocabularies, model), (names[1], *other)], args.out or scratch)
+            search = {"against": str(args.against)}
+        else:
+            variants, search = export_variants(cfg, vocabularies, model, args.out or scratch, args.ctranslate2)
         results = measure(variants, sentences, args.batch_sizes, args.repeats, count_tokens)
-    rows, speedups = summarize(results, args.batch_sizes, comparisons(args.ctranslate2))
+    rows, speedups = summarize(results, args.batch_sizes, comparisons(args.ctranslate2, names))
     bleu = {}
     if args.tokenized_reference:
         bleu = bleu_scores(results, len(sentences), args.tokenized_reference, lines, cfg.data.target_lang)

@@ -9,6 +9,10 @@ per setting, the same graph `kmt-export` saves, and translates the run's `--spli
 settings on val, report test only once). Each row gives sacreBLEU and chrF on raw text, the lowercased Moses-tokenized BLEU when the
 corpus has `tok/` references (Multi30k), and the length ratio hypothesis / reference (sacreBLEU's, 13a tokens):
 below 1.0 the brevity penalty is costing BLEU. Training is not touched; nothing is written unless `--out` is given.
+
+To choose settings that generalize rather than fit one split, each row also scores the split's first and second
+halves apart (tokenized BLEU where there are `tok/` references, else sacreBLEU), and the last line names the chosen
+setting: the one best on both halves when there is one, else the one whose worse half is best.
 """
 
 import argparse
@@ -46,6 +50,29 @@ def tokenized_references(cfg, split):
         return None
     path = multi30k_file(cfg.data.dir, split, cfg.data.target_lang, tokenized=True)
     return path.read_text(encoding="utf-8").splitlines() if path.is_file() else None
+
+
+def halves_bleu(hypotheses, references, tokenized, lang):
+    """BLEU of the first and of the second half of the lines: tokenized BLEU against `tokenized` references when
+    given, else sacreBLEU on raw text."""
+    from kmt.metrics import tokenized_bleu, translation_scores
+
+    middle = len(hypotheses) // 2
+    scores = []
+    for part in (slice(None, middle), slice(middle, None)):
+        if tokenized is not None:
+            scores.append(tokenized_bleu(hypotheses[part], tokenized[part], lang)["tokenized_bleu"])
+        else:
+            scores.append(translation_scores(hypotheses[part], references[part])["bleu"])
+    return [round(score, 2) for score in scores]
+
+
+def choose(rows):
+    """The setting best on both halves when one is, else the one whose worse half is best: (row, why)."""
+    for row in rows:
+        if all(row["halves"][i] >= max(other["halves"][i] for other in rows) for i in (0, 1)):
+            return row, "best on both halves"
+    return max(rows, key=lambda row: min(row["halves"])), "no setting is best on both halves: the best worse half"
 
 
 def main(argv=None):
@@ -90,18 +117,23 @@ def main(argv=None):
             if tokenized is not None:
                 row["tokenized_bleu"] = round(tokenized_bleu(hypotheses, tokenized, cfg.data.target_lang)
                                               ["tokenized_bleu"], 2)
+            row["halves"] = halves_bleu(hypotheses, references, tokenized, cfg.data.target_lang)
             rows.append(row)
             print(f"beam {beam_size} alpha {alpha}: " + ", ".join(f"{k} {v}" for k, v in row.items()), flush=True)
 
     bleu_name = "tok. BLEU (tok/ text)" if tokenized_data else "sacreBLEU"
     columns = [("beam", "beam"), ("alpha", "length penalty"), ("bleu", f"{args.split} {bleu_name}"),
                ("chrf", "chrF"), ("tokenized_bleu", "tok. BLEU"), ("length_ratio", "hyp/ref length"),
-               ("seconds", "decode s")]
+               ("halves", "BLEU of each half"), ("seconds", "decode s")]
     if tokenized is None:
         columns.remove(("tokenized_bleu", "tok. BLEU"))
-    table = markdown_table([{k: str(v) for k, v in row.items()} for row in rows], columns)  # figures as rounded
+    cells = [{k: " / ".join(map(str, v)) if k == "halves" else str(v) for k, v in row.items()} for row in rows]
+    table = markdown_table(cells, columns)  # figures as rounded
     print(table, end="")
-    print_json("decode_sweep", run_dir=args.run_dir, average=args.average, split=args.split, rows=rows)
+    chosen, why = choose(rows)
+    print(f"chosen: beam {chosen['beam']} alpha {chosen['alpha']} ({why})")
+    print_json("decode_sweep", run_dir=args.run_dir, average=args.average, split=args.split, rows=rows,
+               chosen={"beam": chosen["beam"], "alpha": chosen["alpha"], "why": why})
     if args.out:
         Path(args.out).write_text(table, encoding="utf-8")
 
