@@ -3,6 +3,9 @@
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# JAX, here under the JAX pass and in the JAX processes tests start, compiles the tests' tiny computations at XLA's
+# backend optimization level 0: the same computation, compiled sooner (these tests check what is computed).
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
