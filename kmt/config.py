@@ -165,8 +165,13 @@ class Config:
 
 def onto_schema(saved):
     """A saved config (a run's `config.yaml`) merged onto the schema: an option added to kmt since the run was saved
-    gets its default, and values set later are type-checked. The saved values win."""
-    return OmegaConf.merge(OmegaConf.structured(Config), saved)
+    gets its default, and values set later are type-checked. The saved values win, except for one older meaning: a
+    `spa_eng` run saved before that corpus took languages kept the schema's en -> de, and translated en -> es."""
+    merged = OmegaConf.merge(OmegaConf.structured(Config), saved)
+    data = merged.data
+    if data.name == "spa_eng" and (data.source_lang, data.target_lang) == ("en", "de"):
+        data.target_lang = "es"
+    return merged
 
 
 def register_configs():

@@ -243,6 +243,26 @@ def test_spa_eng_in_other_languages_is_a_one_line_error(tmp_path, source, target
         tmp_path, val_size=3, test_size=2, download=False, source_lang=source, target_lang=target))
 
 
+def test_spa_eng_config_takes_its_languages_and_a_saved_run_from_before_them_reads_as_english_spanish(tmp_path):
+    from omegaconf import OmegaConf
+
+    from helpers import compose_config
+    from kmt.data import load_corpus
+    from kmt.run_dir import RunDir
+
+    write(tmp_path / "spa-eng" / "spa.txt", spa_text())
+    sizes = [f"data.dir={tmp_path}", "data.num_val=3", "data.num_test=2", "data.download=false"]
+    val = load_corpus(compose_config("data=spa_eng", *sizes).data)["val"]
+    assert set(zip(val.source, val.target)) <= set(SPA_LINES)  # English -> Spanish by default
+    raises_one_line("target_lang='de'", call=lambda: load_corpus(
+        compose_config("data=spa_eng", "data.target_lang=de", *sizes).data))  # asked for now: refused
+    saved = compose_config("data=spa_eng", *sizes)
+    saved.data.target_lang = "de"  # what runs saved before data.source_lang/target_lang applied to spa_eng hold
+    write(tmp_path / "run" / "config.yaml", OmegaConf.to_yaml(saved, resolve=True))
+    data = RunDir(tmp_path / "run").read_config().data
+    assert (data.source_lang, data.target_lang) == ("en", "es")
+
+
 def test_spa_eng_line_with_one_field_names_file_and_line(tmp_path):
     path = write(tmp_path / "spa-eng" / "spa.txt", "Go.\tVe.\nHi. Hola.\n")
     raises_one_line(f"{path} line 2", call=lambda: load_spa_eng(tmp_path, val_size=0, test_size=0, download=False))

@@ -16,12 +16,9 @@ def load_corpus(data_cfg):
             tokenized=data_cfg.get("tokenized", False),  # runs from before the option lack the key
         )
     elif data_cfg.name == "spa_eng":
-        languages = (data_cfg.source_lang, data_cfg.target_lang)
-        if languages == ("en", "de"):  # a run from before spa_eng took languages kept the defaults: English -> Spanish
-            languages = ("en", "es")
         corpus = load_spa_eng(
             data_cfg.dir, seed=data_cfg.seed, val_size=data_cfg.num_val, test_size=data_cfg.num_test,
-            download=data_cfg.download, source_lang=languages[0], target_lang=languages[1],
+            download=data_cfg.download, source_lang=data_cfg.source_lang, target_lang=data_cfg.target_lang,
         )
     elif data_cfg.name == "parallel":
         corpus = load_parallel(
