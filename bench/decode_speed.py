@@ -132,10 +132,15 @@ def saved_model(model, vocabularies, search, path, beam_size, use_cache=True):
     return lambda batch: [t.decode("utf-8") for t in signature(text=tf.constant(batch))["translation"].numpy()]
 
 
+def search_settings(cfg):
+    """The run's search settings (its `decode` section) that every variant keeps: length penalty, maximum length."""
+    decode = cfg.get("decode") or {}
+    return {key: decode[key] for key in SEARCH_KEYS if key in decode}
+
+
 def export_variants(cfg, vocabularies, model, directory, ctranslate2=False):
     """Exports every variant under `directory` and loads it: name -> `translate(list of str) -> list of str`."""
-    decode = cfg.get("decode") or {}
-    search = {key: decode[key] for key in SEARCH_KEYS if key in decode}
+    search = search_settings(cfg)
     if not ctranslate2:
         return {name: saved_model(model, vocabularies, search, Path(directory) / name.replace(" ", "_"), *variant)
                 for name, variant in VARIANTS.items()}, search
@@ -165,16 +170,15 @@ def labels(cfg, other_cfg):
 
 def run_variants(runs, directory):
     """`--against`: for each `(label, cfg, vocabularies, model)` of `runs`, greedy and beam `BEAM_SIZE` SavedModels
-    (cached) with the run's own search settings: name -> translate."""
-    variants = {}
+    (cached) with the run's own search settings: `(name -> translate, label -> search settings)`."""
+    variants, searches = {}, {}
     for label, cfg, vocabularies, model in runs:
-        decode = cfg.get("decode") or {}
-        search = {key: decode[key] for key in SEARCH_KEYS if key in decode}
+        search = searches[label] = search_settings(cfg)
         for search_name, beam_size in (("greedy", 1), (f"beam{BEAM_SIZE}", BEAM_SIZE)):
             name = f"{label} {search_name}"
             variants[name] = saved_model(model, vocabularies, search, Path(directory) / name.replace(" ", "_"),
                                          beam_size)
-    return variants
+    return variants, searches
 
 
 def calls(sentences, batch_size):
@@ -282,8 +286,8 @@ def main(argv=None):
 
     with tempfile.TemporaryDirectory(prefix="decode_speed_") as scratch:
         if other:
-            variants = run_variants([(names[0], cfg, vocabularies, model), (names[1], *other)], args.out or scratch)
-            search = {"against": str(args.against)}
+            variants, search = run_variants([(names[0], cfg, vocabularies, model), (names[1], *other)],
+                                            args.out or scratch)
         else:
             variants, search = export_variants(cfg, vocabularies, model, args.out or scratch, args.ctranslate2)
         results = measure(variants, sentences, args.batch_sizes, args.repeats, count_tokens)
@@ -311,7 +315,8 @@ def main(argv=None):
         sentences=len(sentences),
         mean_source_tokens=mean_source_tokens,
         repeats=args.repeats,
-        search=dict(search),
+        search=dict(search),  # with --against: each run's, by its label
+        against=str(args.against) if args.against else None,
         rows=rows,
         speedups=speedups,
         tokenized_bleu=bleu,
