@@ -47,6 +47,13 @@ def moses_tokenize(sentences, lang):
     return [tokenizer.tokenize(normalizer.normalize(s.lower()), return_str=True, escape=True) for s in sentences]
 
 
+def moses_languages():
+    """The language codes whose Moses rules sacremoses has (`en`, `de`, `fr`, `cs`, `es`, ...)."""
+    from sacremoses.corpus import NonbreakingPrefixes
+
+    return set(NonbreakingPrefixes().available_langs.values())
+
+
 def tokenized_bleu(hypotheses, tokenized_references, lang):
     """BLEU of Moses-tokenized, lowercased `hypotheses` against already tokenized references (no 13a)."""
     bleu = _bleu(tokenized=True)

@@ -127,6 +127,24 @@ def test_evaluate_compares_systems_with_paired_bootstrap(smoke_run, tmp_path):
     assert mismatched.stderr.strip().splitlines()[-1] == f"error: {short} has 1 lines but {source} has 60"
 
 
+def test_evaluate_needs_the_target_language_for_tokenized_bleu(tmp_path, capsys):
+    from kmt.cli import evaluate
+
+    for name in ("test.source.txt", "test.target.txt", "test.lc.tok.txt"):
+        (tmp_path / name).write_text("I don't know.\n")
+    files = ["--source", tmp_path / "test.source.txt", "--reference", tmp_path / "test.target.txt"]
+    status, line = refused(capsys, evaluate.main, tmp_path / "no_export", *files,
+                           "--tokenized-reference", tmp_path / "test.lc.tok.txt")
+    assert status == 2 and line.startswith("error: cannot tell the target language") and "--lang" in line
+    args = evaluate.parse_args([str(tmp_path / "e"), "--source", "a.es", "--reference", "b.txt",
+                                "--tokenized-reference", "tok/b.lc.tok.en"])
+    assert evaluate.moses_language(args) == "en"
+    args.reference, args.lang = "test_2016_flickr.de", None
+    assert evaluate.moses_language(args) == "de"
+    args.lang = "cs"
+    assert evaluate.moses_language(args) == "cs"
+
+
 def test_evaluate_rejects_mismatched_files(smoke_run, tmp_path):
     (tmp_path / "a").write_text("one\ntwo\n")
     (tmp_path / "b").write_text("eins\n")

@@ -22,7 +22,7 @@ from kmt.cli.errors import exit_on_user_error
 from kmt.data.sources import read_lines, read_parallel
 from kmt.errors import DataError
 from kmt.inference.translate import batch_fn, translate_lines
-from kmt.metrics import paired_bootstrap, tokenized_bleu, translation_scores
+from kmt.metrics import moses_languages, paired_bootstrap, tokenized_bleu, translation_scores
 
 
 def parse_args(argv=None):
@@ -39,7 +39,8 @@ def parse_args(argv=None):
                                    "trained with data.tokenized=true): BLEU splits on spaces only, the published "
                                    "Multi30k way")
     parser.add_argument("--lang", help="target language for Moses tokenization of the output, with "
-                                       "--tokenized-reference (default: the reference's suffix)")
+                                       "--tokenized-reference (default: the suffix of --reference or of "
+                                       "--tokenized-reference that names a language, as test.de does)")
     parser.add_argument("--hypotheses", help="also write the translations to this file")
     parser.add_argument("--compare", nargs="+", metavar="SYSTEM",
                         help="other systems to test against this one, each a SavedModel directory or a file of "
@@ -50,12 +51,27 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+def moses_language(args):
+    """The language whose Moses rules tokenize the output for `--tokenized-reference`: `--lang`, else the first
+    file suffix that names a language Moses knows (`test.de`), else an error: rules of the wrong language (a
+    `.txt` suffix) would split "don't" unlike the references do, and quietly lower the score."""
+    if args.lang:
+        return args.lang
+    for path in (args.reference, args.tokenized_reference):
+        suffix = Path(path).suffix.lstrip(".").lower()
+        if suffix in moses_languages():
+            return suffix
+    raise DataError(f"cannot tell the target language from {args.reference} or {args.tokenized_reference}: "
+                    "pass --lang, e.g. --lang en")
+
+
 def main(argv=None):
     args = parse_args(argv)
     setup_logging(args.verbose)
     with exit_on_user_error():
         test = read_parallel(args.source, args.reference)
         tokenized = read_lines(args.tokenized_reference) if args.tokenized_reference else None
+        lang = moses_language(args) if tokenized is not None else "en"  # "en": unused without tokenized references
         if tokenized is not None and len(tokenized) != len(test):
             raise DataError(
                 f"{args.tokenized_reference} has {len(tokenized)} lines but {args.reference} has {len(test)}"
@@ -73,7 +89,6 @@ def main(argv=None):
     if args.hypotheses:
         Path(args.hypotheses).write_text("".join(h.replace("\n", " ") + "\n" for h in hypotheses), encoding="utf-8")
     scores = translation_scores(hypotheses, test.target, args.tokenized) | {"sentences": len(test)}
-    lang = args.lang or Path(args.reference).suffix.lstrip(".") or "en"
     if tokenized is not None:
         scores |= tokenized_bleu(hypotheses, tokenized, lang)
     if args.compare:
