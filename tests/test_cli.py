@@ -127,6 +127,24 @@ def test_evaluate_compares_systems_with_paired_bootstrap(smoke_run, tmp_path):
     assert mismatched.stderr.strip().splitlines()[-1] == f"error: {short} has 1 lines but {source} has 60"
 
 
+def test_evaluate_tokenizes_references_that_have_no_tokenized_copy(smoke_run, tmp_path, capsys):
+    from kmt.cli import evaluate
+
+    source, reference = tmp_path / "test.source.txt", tmp_path / "test.target.txt"
+    source.write_text("Tuesday, March 5, 1996\n5 june 2001\n")
+    reference.write_text("A Dog, Running.\nDon't stop: it's 5 o'clock!\n")
+    status, line = refused(capsys, evaluate.main, smoke_run / "export", "--source", source, "--reference", reference,
+                           "--tokenize-reference")
+    assert status == 2 and line.startswith("error: cannot tell the target language") and "--lang" in line
+    result = run_cli("evaluate", smoke_run / "export", "--source", source, "--reference", reference,
+                     "--tokenize-reference", "--lang", "en", "--compare", reference, "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    scores = json.loads(result.stdout.strip().splitlines()[-1])
+    assert "tok:none" in scores["tokenized_bleu_signature"] and scores["tokenized_bleu"] < 50
+    # The reference itself, lowercased and tokenized as the references were, matches them exactly.
+    assert scores["compare"][str(reference)]["tokenized_bleu"]["score"] == pytest.approx(100.0)
+
+
 def test_evaluate_needs_the_target_language_for_tokenized_bleu(tmp_path, capsys):
     from kmt.cli import evaluate
 

@@ -4,13 +4,16 @@ Prints sacreBLEU BLEU and chrF on raw text with their signatures. With `--tokeni
 `$KMT_DATA_DIR/multi30k/tok/test_2016_flickr.lc.norm.tok.de`) it also prints the lowercased, Moses-tokenized
 BLEU that published Multi30k results use; the two conventions are not comparable. With `--compare`, it also tests
 other systems against this one on the same sentences (sacreBLEU's paired bootstrap: each score's 95% confidence
-interval, and the p-value of each difference).
+interval, and the p-value of each difference). For a test set with no tokenized copy, `--tokenize-reference`
+makes one from `--reference` the way Multi30k's were made (lowercased, punctuation normalized, Moses-tokenized).
 
 Example:
     kmt-evaluate runs/multi30k/<time>/export --source $KMT_DATA_DIR/multi30k/test_2016_flickr.en \\
         --reference $KMT_DATA_DIR/multi30k/test_2016_flickr.de \\
         --tokenized-reference $KMT_DATA_DIR/multi30k/tok/test_2016_flickr.lc.norm.tok.de
     kmt-evaluate runs/a/export --source test.en --reference test.de --compare runs/b/export other_system.de
+    kmt-evaluate RUN/export --source RUN/data/test.source.txt --reference RUN/data/test.target.txt \\
+        --tokenize-reference --lang en
 """
 
 import argparse
@@ -22,7 +25,7 @@ from kmt.cli.errors import exit_on_user_error
 from kmt.data.sources import read_lines, read_parallel
 from kmt.errors import DataError
 from kmt.inference.translate import batch_fn, translate_lines
-from kmt.metrics import moses_languages, paired_bootstrap, tokenized_bleu, translation_scores
+from kmt.metrics import moses_languages, moses_tokenize, paired_bootstrap, tokenized_bleu, translation_scores
 
 
 def parse_args(argv=None):
@@ -34,13 +37,17 @@ def parse_args(argv=None):
     parser.add_argument("--reference", required=True, help="reference translations, line-aligned with --source")
     tokenization = parser.add_mutually_exclusive_group()
     tokenization.add_argument("--tokenized-reference", help="lowercased Moses-tokenized references (Multi30k tok/)")
+    tokenization.add_argument("--tokenize-reference", action="store_true",
+                              help="also print tokenized BLEU, against --reference lowercased and Moses-tokenized "
+                                   "here as Multi30k's tok/ files were made (for test sets with no such copy)")
     tokenization.add_argument("--tokenized", action="store_true",
                               help="source, references and output are lowercased Moses-tokenized text (a model "
                                    "trained with data.tokenized=true): BLEU splits on spaces only, the published "
                                    "Multi30k way")
-    parser.add_argument("--lang", help="target language for Moses tokenization of the output, with "
-                                       "--tokenized-reference (default: the suffix of --reference or of "
-                                       "--tokenized-reference that names a language, as test.de does)")
+    parser.add_argument("--lang", help="the target language, whose Moses rules tokenize the output (and, with "
+                                       "--tokenize-reference, the references) for tokenized BLEU (default: the "
+                                       "suffix of --reference or --tokenized-reference that names a language, as "
+                                       "test.de does)")
     parser.add_argument("--hypotheses", help="also write the translations to this file")
     parser.add_argument("--compare", nargs="+", metavar="SYSTEM",
                         help="other systems to test against this one, each a SavedModel directory or a file of "
@@ -52,17 +59,19 @@ def parse_args(argv=None):
 
 
 def moses_language(args):
-    """The language whose Moses rules tokenize the output for `--tokenized-reference`: `--lang`, else the first
+    """The language whose Moses rules tokenize the output for tokenized BLEU: `--lang`, else the first
     file suffix that names a language Moses knows (`test.de`), else an error: rules of the wrong language (a
     `.txt` suffix) would split "don't" unlike the references do, and quietly lower the score."""
     if args.lang:
         return args.lang
     for path in (args.reference, args.tokenized_reference):
+        if path is None:
+            continue
         suffix = Path(path).suffix.lstrip(".").lower()
         if suffix in moses_languages():
             return suffix
-    raise DataError(f"cannot tell the target language from {args.reference} or {args.tokenized_reference}: "
-                    "pass --lang, e.g. --lang en")
+    named = " or ".join(str(path) for path in (args.reference, args.tokenized_reference) if path is not None)
+    raise DataError(f"cannot tell the target language from {named}: pass --lang, e.g. --lang en")
 
 
 def main(argv=None):
@@ -71,7 +80,11 @@ def main(argv=None):
     with exit_on_user_error():
         test = read_parallel(args.source, args.reference)
         tokenized = read_lines(args.tokenized_reference) if args.tokenized_reference else None
-        lang = moses_language(args) if tokenized is not None else "en"  # "en": unused without tokenized references
+        lang = "en"  # unused without tokenized references
+        if tokenized is not None or args.tokenize_reference:
+            lang = moses_language(args)
+        if args.tokenize_reference:
+            tokenized = moses_tokenize(test.target, lang)
         if tokenized is not None and len(tokenized) != len(test):
             raise DataError(
                 f"{args.tokenized_reference} has {len(tokenized)} lines but {args.reference} has {len(test)}"
