@@ -232,3 +232,38 @@ def test_keras_reads_the_stream_in_order_across_epochs(varied):
             features, target = batch[:2]
             got.append(({k: np.asarray(v) for k, v in features.items()}, np.asarray(target)))
     assert as_lists(got) == expected
+
+
+MMAPPED_CHUNKS = """
+import ctypes, json
+import numpy as np
+from kmt.data.batches import tf_dataset
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                     "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype, libc.malloc.restype = MallInfo2, ctypes.c_void_p
+libc.malloc.argtypes, libc.free.argtypes = (ctypes.c_size_t,), (ctypes.c_void_p,)
+batch = np.ones((4, 3), np.int32)
+next(iter(tf_dataset(lambda: iter([({"source": batch, "target_in": batch}, batch)]))))  # TF's memory patch
+before = libc.mallinfo2().hblks
+buffer = libc.malloc(4 * 2**20)  # a 4 MiB tensor buffer
+print(json.dumps(libc.mallinfo2().hblks - before))
+libc.free(buffer)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.confstr("CS_GNU_LIBC_VERSION") is None,
+                    reason="glibc's allocator only")
+def test_buffers_under_32_mib_stay_on_the_heap_beside_tensorflows_generator_dataset():
+    def mmapped_chunks(**env):
+        result = subprocess.run([sys.executable, "-c", MMAPPED_CHUNKS], capture_output=True, text=True,
+                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **env}, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+    assert mmapped_chunks() == 0
+    # Where the user sets the threshold, kmt leaves it: at 128 KiB, TensorFlow's setting, the buffer is mmapped.
+    assert mmapped_chunks(MALLOC_MMAP_THRESHOLD_="131072") == 1

@@ -17,8 +17,8 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 SCRIPTS = ["attention_scaling", "batching", "decode_speed", "decode_sweep", "distribute_scaling", "fit_teardown",
-           "layer_complexity", "loss_speed", "multi30k", "multi30k_jax", "prepared_data", "profile_step",
-           "resume_stream", "serve_load", "step_variants", "train_throughput"]
+           "layer_complexity", "loss_speed", "malloc_threshold", "multi30k", "multi30k_jax", "prepared_data",
+           "profile_step", "resume_stream", "serve_load", "step_variants", "train_throughput"]
 
 
 def bench_env():
@@ -183,6 +183,18 @@ def test_train_throughput_streams_its_batches_without_tf_data_autotuning(monkeyp
     streamed = [(f["source"].numpy(), f["target_in"].numpy(), target_out.numpy()) for f, target_out in data.take(3)]
     expected = [batches[0], batches[1], batches[0]]  # repeated
     assert all((a == b).all() for got, want in zip(streamed, expected) for a, b in zip(got, want))
+
+
+@pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
+def test_malloc_threshold_benchmark_trains_with_each_setting(multi30k_head):
+    result = run_bench("malloc_threshold", "--pairs", "300", "--repeats", "1", "debug=smoke", "data.download=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["benchmark"] == "malloc_threshold" and [row["setting"] for row in report["results"]] == ["kmt",
+                                                                                                         "128 KiB"]
+    for row in report["results"]:
+        assert row["epoch_seconds"] > 0 and row["minor_faults"] > 0 and 0 < row["kernel_share"] < 1
+    assert report["ratio"] > 0 and "| mmap threshold |" in result.stdout
 
 
 def test_hardware_tells_cpus_that_share_a_bare_name_apart(monkeypatch):
