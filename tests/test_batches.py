@@ -265,5 +265,6 @@ def test_buffers_under_32_mib_stay_on_the_heap_beside_tensorflows_generator_data
         return json.loads(result.stdout.strip().splitlines()[-1])
 
     assert mmapped_chunks() == 0
-    # Where the user sets the threshold, kmt leaves it: at 128 KiB, TensorFlow's setting, the buffer is mmapped.
+    # Where the user sets the threshold, kmt leaves it: at 128 KiB the buffer is mmapped, as after TensorFlow's patch
+    # without kmt's setting.
     assert mmapped_chunks(MALLOC_MMAP_THRESHOLD_="131072") == 1

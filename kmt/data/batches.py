@@ -165,8 +165,7 @@ def sample_rows(vocabularies, alpha, source_lines, target_lines, max_length, see
 
 # -------------------------------------------------------------------------------------------------- the loaders
 
-# glibc's ceiling for its own adaptive mmap threshold on 64-bit systems (DEFAULT_MMAP_THRESHOLD_MAX), and the most
-# `mallopt(M_MMAP_THRESHOLD, ...)` accepts there.
+# The ceiling of glibc's own adaptive mmap threshold on 64-bit systems (DEFAULT_MMAP_THRESHOLD_MAX).
 MMAP_THRESHOLD = 32 * 2**20
 _M_MMAP_THRESHOLD = -3  # <malloc.h>
 
@@ -204,7 +203,7 @@ def tf_dataset(batches, count=None):
     from kmt.data.pipeline import without_autotune
 
     def generator():
-        keep_tensor_buffers_on_the_heap()  # after TensorFlow's memory patch, which left buffers over 128 KiB mmapped
+        keep_tensor_buffers_on_the_heap()  # after TensorFlow's memory patch, which leaves a batch's buffers mmapped
         yield from batches()
 
     spec = tf.TensorSpec([None, None], tf.int32)
