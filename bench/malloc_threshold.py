@@ -51,11 +51,13 @@ def train(setting, args, directory):
                f"hydra.run.dir={directory}", *args.overrides]
     env = {key: value for key, value in os.environ.items() if key != "MALLOC_MMAP_THRESHOLD_"}
     env |= {"TF_CPP_MIN_LOG_LEVEL": "3", **SETTINGS[setting]}
-    with open(Path(directory).with_suffix(".log"), "w") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    log = Path(directory).with_suffix(".log")
+    with open(log, "w") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
         _, status, usage = os.wait4(process.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit(f"error: {' '.join(command)} failed; see {Path(directory).with_suffix('.log')}")
+    if os.waitstatus_to_exitcode(status) != 0:  # the scratch directory goes with the bench: say why here
+        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+        sys.exit(f"error: kmt-train ({setting}) failed: {lines[-1] if lines else 'no output'}")
     with open(Path(directory) / "logs" / "history.csv", newline="") as rows:
         epochs = {int(row["epoch"]): float(row["epoch_seconds"]) for row in csv.DictReader(rows)}
     return epochs[max(epochs)], usage.ru_minflt, usage.ru_stime / (usage.ru_utime + usage.ru_stime), \

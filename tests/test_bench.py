@@ -197,6 +197,13 @@ def test_malloc_threshold_benchmark_trains_with_each_setting(multi30k_head):
     assert report["ratio"] > 0 and "| mmap threshold |" in result.stdout
 
 
+def test_a_failed_run_ends_the_malloc_threshold_bench_with_its_one_line_error():
+    result = run_bench("malloc_threshold", "--pairs", "300", "--repeats", "1", "debug=smoke", "model.hidden_dim=-5")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == ("error: kmt-train (kmt) failed: error: model.hidden_dim must be "
+                                                      "positive. Received: model.hidden_dim=-5")
+
+
 def test_hardware_tells_cpus_that_share_a_bare_name_apart(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))
     from common import hardware
