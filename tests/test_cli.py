@@ -161,6 +161,9 @@ def test_evaluate_needs_the_target_language_for_tokenized_bleu(tmp_path, capsys)
     assert evaluate.moses_language(args) == "de"
     args.lang = "cs"
     assert evaluate.moses_language(args) == "cs"
+    status, line = refused(capsys, evaluate.main, tmp_path / "no_export", *files,
+                           "--tokenize-reference", "--lang", "english")
+    assert status == 2 and line.startswith("error: --lang english: Moses has no tokenization rules") and " en," in line
 
 
 def test_evaluate_rejects_mismatched_files(smoke_run, tmp_path):

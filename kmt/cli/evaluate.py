@@ -61,8 +61,13 @@ def parse_args(argv=None):
 def moses_language(args):
     """The language whose Moses rules tokenize the output for tokenized BLEU: `--lang`, else the first
     file suffix that names a language Moses knows (`test.de`), else an error: rules of the wrong language (a
-    `.txt` suffix) would split "don't" unlike the references do, and quietly lower the score."""
+    `.txt` suffix, or a `--lang` Moses has no rules for) would split "don't" unlike the references do, and quietly
+    lower the score."""
     if args.lang:
+        known = moses_languages()
+        if args.lang not in known:
+            raise DataError(f"--lang {args.lang}: Moses has no tokenization rules for it (it knows "
+                            f"{', '.join(sorted(known))})")
         return args.lang
     for path in (args.reference, args.tokenized_reference):
         if path is None:
