@@ -16,8 +16,10 @@ SavedModel with kmt-export (of the average the run scored) unless the run made i
 through it with kmt-evaluate against $KMT_DATA_DIR/multi30k, and prints the results row (added to OUT/bench.json).
 
 Under XLA each batch shape compiles once: the En->De recipe's `data.bucket_width=1` makes one shape per length, where
-`data.bucket_width=0` makes about a dozen. The training machine needs this repository on PYTHONPATH (the commands
-put it there) and keras, hydra-core, omegaconf, sentencepiece, sacrebleu, h5py and matplotlib beside JAX.
+`data.bucket_width=0` makes about a dozen. Several jobs on one GPU each need `XLA_PYTHON_CLIENT_MEM_FRACTION` (JAX
+takes 75% of the GPU's memory per process by default; 0.2 each for four jobs). The training machine needs this
+repository on PYTHONPATH (the commands put it there) and keras, hydra-core, omegaconf, sentencepiece, sacrebleu, h5py
+and matplotlib beside JAX.
 """
 
 import argparse
