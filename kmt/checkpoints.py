@@ -79,6 +79,17 @@ def init_source(init_from, model_cfg):
     return run_dir, weights
 
 
+def early_averaging_warning(count, epochs, run_root):
+    """The warning to log when averaging the last `count` of a run's `epochs` epochs takes in more than half the run,
+    else None. A time budget decides how many epochs a run gets, so a recipe's window can outgrow a short run: both
+    times it did here (En->De with 10 of 12 epochs, Es->En with 10 of 15), the last 5 translated val better."""
+    if count <= 1 or 2 * count <= epochs:
+        return None
+    return (f"averaging the last {count} of the run's {epochs} epochs reaches back to epoch {epochs - count + 1}, "
+            f"whose early weights can pull the average down; choose trainer.average_last on val for a run this "
+            f"short (python bench/decode_sweep.py {run_root} --average N)")
+
+
 def average_checkpoints(model, paths):
     """Loads each of `paths` into `model` in turn and leaves `model` holding their element-wise mean
     (Vaswani et al., 2017, section 6.1: the base model averages the last 5 checkpoints, the big one the last 20)."""

@@ -12,7 +12,7 @@ from dataclasses import replace
 import keras
 from keras import ops
 
-from kmt.checkpoints import average_checkpoints
+from kmt.checkpoints import average_checkpoints, early_averaging_warning
 from kmt.inference.translate import translate_fn, translate_lines
 from kmt.metrics import translation_scores
 from kmt.run_dir import write_atomically
@@ -42,6 +42,8 @@ def finish(cfg, prepared, fitted):
     write_atomically(run.model, p.model.save)
     if cfg.trainer.average_last > 1:
         paths = run.checkpoints.epochs()[-cfg.trainer.average_last :]
+        if warning := early_averaging_warning(len(paths), steps // p.updates_per_epoch, run.root):
+            logger.warning(warning)
         average_checkpoints(p.model, paths)
         write_atomically(run.checkpoints.averaged(len(paths)), p.model.save_weights)
     if p.decoder is not p.model:
