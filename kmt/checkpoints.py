@@ -81,8 +81,8 @@ def init_source(init_from, model_cfg):
 
 def early_averaging_warning(count, epochs, run_root):
     """The warning to log when averaging the last `count` of a run's `epochs` epochs takes in more than half the run,
-    else None. A time budget decides how many epochs a run gets, so a recipe's window can outgrow a short run: both
-    times it did here (En->De with 10 of 12 epochs, Es->En with 10 of 15), the last 5 translated val better."""
+    else None. A time budget decides how many epochs a run gets, so a recipe's window can outgrow a short run
+    (docs/training.md, "Run length, validation and early stopping")."""
     if count <= 1 or 2 * count <= epochs:
         return None
     return (f"averaging the last {count} of the run's {epochs} epochs reaches back to epoch {epochs - count + 1}, "
