@@ -61,3 +61,42 @@ def test_readme_links_resolve():
     assert targets, "README.md links to no page of docs/"
     missing = [target for target in targets if not (ROOT / target).exists()]
     assert not missing, f"README.md links to missing files: {missing}"
+
+
+def _runs_subdir(*overrides, sweep=False):
+    """The folder under runs/ that `kmt-train overrides...` writes to: hydra.run.dir (hydra.sweep.dir with `sweep`)
+    as Hydra resolves it, less its timestamp."""
+    from hydra import compose, initialize_config_dir
+
+    from kmt.cli.configs import config_dir
+    from kmt.config import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
+    path = Path(cfg.hydra.sweep.dir if sweep else cfg.hydra.run.dir)
+    assert path.parts[0] == "runs", path
+    return path.parent.relative_to("runs").as_posix()
+
+
+def test_a_recipe_runs_under_its_own_name():
+    assert _runs_subdir() == "dates"
+    assert _runs_subdir("data=multi30k") == "multi30k"
+    for recipe in sorted((ROOT / "conf" / "experiment").glob("*.yaml")):
+        assert _runs_subdir(f"experiment={recipe.stem}") == recipe.stem
+    assert _runs_subdir("experiment=multi30k_en_de", "name=mine") == "mine"
+
+
+def test_the_run_dirs_the_docs_name_are_where_runs_go():
+    """Every `runs/NAME/<time>` in the README, the docs, the commands' --help and the benches is a folder some
+    command writes to."""
+    made = {_runs_subdir(f"data={data.stem}") for data in (ROOT / "conf" / "data").glob("*.yaml")}
+    made |= {_runs_subdir(f"experiment={recipe.stem}") for recipe in (ROOT / "conf" / "experiment").glob("*.yaml")}
+    made |= {f"prepared/{name}" for name in made}  # kmt-prepare's runs/prepared/${name}/<time> (kmt/cli/prepare.py)
+    made.add(_runs_subdir(sweep=True))
+    files = [README, *(ROOT / "docs").rglob("*.md"), *(ROOT / "kmt").rglob("*.py"), *(ROOT / "conf").rglob("*.yaml"),
+             *(ROOT / "bench").glob("*.py")]
+    named = re.compile(r"\bruns/(?!prepared/<)((?:prepared/)?\w+)/(?:<|\d{4}-)")  # runs/NAME/<time> or a date
+    wrong = sorted({f"{path.relative_to(ROOT)}: runs/{name}/" for path in files
+                    for name in named.findall(path.read_text(encoding="utf-8")) if name not in made})
+    assert not wrong, f"run folders no command writes to (commands write to {sorted(made)}): {wrong}"
