@@ -25,6 +25,9 @@ def test_mkdocs_builds_strictly(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert (site / "index.html").is_file()
     assert (site / "architecture" / "index.html").is_file()
+    # Wide tables and long code lines wrap rather than hide their right-hand side (docs/stylesheets/extra.css).
+    assert "stylesheets/extra.css" in (site / "results" / "index.html").read_text(encoding="utf-8")
+    assert "pre-wrap" in (site / "stylesheets" / "extra.css").read_text(encoding="utf-8")
     # The hook puts every bench/results/*.png into the site as results/figures/NAME.png.
     figures = sorted(path.name for path in (ROOT / "bench" / "results").glob("*.png"))
     assert figures, "bench/results/ holds no figure"
@@ -100,3 +103,22 @@ def test_the_run_dirs_the_docs_name_are_where_runs_go():
     wrong = sorted({f"{path.relative_to(ROOT)}: runs/{name}/" for path in files
                     for name in named.findall(path.read_text(encoding="utf-8")) if name not in made})
     assert not wrong, f"run folders no command writes to (commands write to {sorted(made)}): {wrong}"
+
+
+def test_results_lead_with_their_tables():
+    """Results holds the figures a user needs, each with its command and machine; the runs behind them, in prose,
+    are in docs/experiments/. Every section leads with its table within a few lines, and no paragraph runs long."""
+    text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    sections = re.split(r"^## ", text, flags=re.MULTILINE)[1:]
+    assert sections, "docs/results.md has no section"
+    for section in sections:
+        lines = section.splitlines()
+        title, first_table = lines[0], next((i for i, line in enumerate(lines) if line.startswith("|")), None)
+        if "![" in section and first_table is None:  # a figure's section (the default run) shows the figure
+            continue
+        assert first_table is not None and first_table <= 8, f"section {title!r}: its table comes at line {first_table}"
+    paragraphs = [p for p in re.split(r"\n\s*\n|\n(?=- )", re.sub(r"```.*?```", "", text, flags=re.DOTALL))
+                  if not p.lstrip().startswith(("|", "!"))]
+    long = [p.split("\n")[0][:60] for p in paragraphs if len(p.splitlines()) > 6]
+    assert not long, f"docs/results.md paragraphs over 6 lines (the history goes to docs/experiments/): {long}"
+    assert len(text.splitlines()) <= 150, f"docs/results.md has {len(text.splitlines())} lines; at most 150"
