@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 # The README's three commands, as users (and CI) run them.
@@ -122,3 +124,18 @@ def test_results_lead_with_their_tables():
     long = [p.split("\n")[0][:60] for p in paragraphs if len(p.splitlines()) > 6]
     assert not long, f"docs/results.md paragraphs over 6 lines (the history goes to docs/experiments/): {long}"
     assert len(text.splitlines()) <= 150, f"docs/results.md has {len(text.splitlines())} lines; at most 150"
+
+
+def test_what_the_readme_writes_in_a_checkout_is_ignored_by_git():
+    """The folders and files the README's commands write under the current directory (runs/, kmt-prepare's
+    prepared/, outputs inside a run) do not show up as untracked files of the checkout."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    blocks = "\n".join(re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL))
+    blocks = "\n".join(line.split(" #")[0] for line in blocks.splitlines())  # less the comments
+    written = re.findall(r"(?:--output |> |hydra\.run\.dir=)([^\s/$][^\s]*|\$RUN\S*)", blocks)
+    paths = sorted({path.replace("$RUN", "runs/dates/2026-01-01_12-00-00") for path in written
+                    if not path.startswith("/")} | {"runs/dates/2026-01-01_12-00-00"})  # kmt-train's own
+    assert any(path.startswith("prepared/") for path in paths), paths
+    result = subprocess.run(["git", "check-ignore", "--no-index", *paths], cwd=ROOT, capture_output=True, text=True)
+    assert set(paths) == set(result.stdout.split()), f"not ignored by .gitignore: {set(paths) - set(result.stdout.split())}"

@@ -34,7 +34,7 @@ NOT_RUN = {
     r"curl .*": "asks the kmt-serve above",
     r"kmt-translate \$RUN/export": "interactive, at a terminal; the line piping echo into it runs",
     r"kmt-export \$RUN --format ctranslate2 .*": "time: tests/test_ctranslate2.py runs this export through the CLI",
-    r"kmt-translate ct2 .*": "needs the export above",
+    r"kmt-translate \$RUN/ctranslate2_int8 .*": "needs the export above",
 }
 # What the smoke run cannot do as the default run does, changed in the command lines run here.
 SMOKE_EDITS = {"--average 5": "--average 2"}  # the smoke run trained 2 epochs
@@ -70,6 +70,7 @@ def shims(directory):
     return scripts
 
 
+@pytest.mark.slow
 def test_the_pages_commands_run_as_written(smoke_run, tmp_path, monkeypatch):
     lines = list(dict.fromkeys(line for page in PAGES for line in commands(page)))  # each once, in order
     scripts = shims(tmp_path / "bin")
