@@ -19,8 +19,8 @@ share the machine's cores with the server, as a load balancer on the same host w
 
 `--hostile` measures instead what hostile clients cost good ones, on one batching server (`--request-timeout-s 10`,
 so that stalled clients come back within a row): `--clients` good clients (the largest count) run the closed loop
-above for `--max-seconds`, alone, then beside hostile clients that each send a request every
-`--hostile-interval-ms` (100): 4 poison (a lone
+above for `--max-seconds`, alone, then beside hostile clients (threads of another process) that each send a
+request every `--hostile-interval-ms` (100): 4 poison (a lone
 surrogate, `"\\ud800"`, in valid JSON), 2 nested (100,000 nested arrays), 16 stalled (declare a 100-byte body, send
 7 bytes, wait for the 408) and 4 disconnecting (send a whole request, close before the answer). It prints, for both
 rows, good requests sent and answered, how many answers equal their serial answer (the sentence sent alone first;
@@ -34,6 +34,7 @@ import collections
 import http.client
 import json
 import math
+import multiprocessing
 import os
 import re
 import signal
@@ -189,6 +190,19 @@ def hostile_client(kind, port, interval_s, stop, statuses):
         statuses[kind][found[1].decode() if found else "closed"] += 1
 
 
+def hostile_clients(port, interval_s, stop, results):
+    """Every `HOSTILE` client, on threads of this process (another than the good clients', as other machines would
+    be), until `stop` is set; then puts {kind: {status: count}} on `results`."""
+    statuses = collections.defaultdict(collections.Counter)
+    threads = [threading.Thread(target=hostile_client, args=(kind, port, interval_s, stop, statuses))
+               for kind, count in HOSTILE.items() for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    results.put({kind: dict(counts) for kind, counts in statuses.items()})
+
+
 def hostile(args, export, sentences):
     """Rows of good clients' figures without and with hostile clients (`HOSTILE`), on one batching server."""
     server = Server(export, ["--request-timeout-s", "10"])
@@ -200,24 +214,24 @@ def hostile(args, export, sentences):
             serial[sentence] = answers[0][1:]
         load(server.port, sentences, clients, 2 * clients, args.max_seconds)  # untimed
         for mode in ("alone", "beside hostile clients"):
-            stop, statuses, threads = threading.Event(), collections.defaultdict(collections.Counter), []
+            context = multiprocessing.get_context("spawn")
+            stop, results, statuses = context.Event(), context.Queue(), {}
+            process = context.Process(target=hostile_clients, args=(server.port, args.hostile_interval_ms / 1000,
+                                                                    stop, results))
             if mode != "alone":
-                hostile_args = (server.port, args.hostile_interval_ms / 1000, stop, statuses)
-                threads = [threading.Thread(target=hostile_client, args=(kind, *hostile_args))
-                           for kind, count in HOSTILE.items() for _ in range(count)]
-            for thread in threads:
-                thread.start()
+                process.start()
             answers = []
             latencies, failures, seconds = load(server.port, sentences, clients, 10**9, args.max_seconds, answers)
-            stop.set()
-            for thread in threads:
-                thread.join()
+            if mode != "alone":
+                stop.set()
+                statuses = results.get(timeout=60)
+                process.join()
             same = sum(serial[sentence][0] == translation and math.isclose(serial[sentence][1], score, rel_tol=1e-5)
                        for sentence, translation, score in answers)
             rows.append({"good clients": clients, "mode": mode, "sent": len(latencies) + failures,
                          "answered": len(latencies), "as serial": same, "requests/s": len(latencies) / seconds,
                          "p50 ms": 1000 * percentile(latencies, 50), "p95 ms": 1000 * percentile(latencies, 95),
-                         "hostile": "; ".join(f"{kind} {dict(statuses[kind])}" for kind in statuses)})
+                         "hostile": "; ".join(f"{kind} {statuses[kind]}" for kind in statuses)})
         rows[1]["p95 x"] = rows[1]["p95 ms"] / rows[0]["p95 ms"]
     finally:
         code = server.stop()
