@@ -19,8 +19,8 @@ share the machine's cores with the server, as a load balancer on the same host w
 
 `--hostile` measures instead what hostile clients cost good ones, on one batching server (`--request-timeout-s 10`,
 so that stalled clients come back within a row): `--clients` good clients (the largest count) run the closed loop
-above for `--max-seconds`, alone, then beside hostile clients (threads of another process) that each send a
-request every `--hostile-interval-ms` (100): 4 poison (a lone
+above alone and beside hostile clients (threads of another process), in turns, twice each for half of
+`--max-seconds`; each hostile client sends a request every `--hostile-interval-ms` (100): 4 poison (a lone
 surrogate, `"\\ud800"`, in valid JSON), 2 nested (100,000 nested arrays), 16 stalled (declare a 100-byte body, send
 7 bytes, wait for the 408) and 4 disconnecting (send a whole request, close before the answer). It prints, for both
 rows, good requests sent and answered, how many answers equal their serial answer (the sentence sent alone first;
@@ -169,6 +169,7 @@ def load(port, sentences, clients, requests, max_seconds, answers=None):
 
 
 HOSTILE = {"poison": 4, "nested": 2, "stalled": 16, "disconnecting": 4}  # clients of each kind
+MIXES = {"alone": False, "beside hostile clients": True}  # whether the hostile clients run
 
 
 def hostile_client(kind, port, interval_s, stop, statuses):
@@ -213,25 +214,33 @@ def hostile(args, export, sentences):
             load(server.port, [sentence], 1, 1, 60, answers := [])
             serial[sentence] = answers[0][1:]
         load(server.port, sentences, clients, 2 * clients, args.max_seconds)  # untimed
-        for mode in ("alone", "beside hostile clients"):
-            context = multiprocessing.get_context("spawn")
-            stop, results, statuses = context.Event(), context.Queue(), {}
+        runs = {mode: {"latencies": [], "failures": 0, "answers": [], "seconds": 0.0,
+                       "statuses": collections.Counter()} for mode in MIXES}
+        for mode in list(MIXES) * 2:  # in turns, so that a drift in the machine's load falls on both
+            run, context = runs[mode], multiprocessing.get_context("spawn")
+            stop, results = context.Event(), context.Queue()
             process = context.Process(target=hostile_clients, args=(server.port, args.hostile_interval_ms / 1000,
                                                                     stop, results))
-            if mode != "alone":
+            if MIXES[mode]:
                 process.start()
-            answers = []
-            latencies, failures, seconds = load(server.port, sentences, clients, 10**9, args.max_seconds, answers)
-            if mode != "alone":
+            latencies, failures, seconds = load(server.port, sentences, clients, 10**9, args.max_seconds / 2,
+                                                run["answers"])
+            run["latencies"] += latencies
+            run["failures"] += failures
+            run["seconds"] += seconds
+            if MIXES[mode]:
                 stop.set()
-                statuses = results.get(timeout=60)
+                for kind, counts in results.get(timeout=60).items():
+                    run["statuses"].update({f"{kind} {status}": count for status, count in counts.items()})
                 process.join()
+        for mode, run in runs.items():
+            latencies = run["latencies"]
             same = sum(serial[sentence][0] == translation and math.isclose(serial[sentence][1], score, rel_tol=1e-5)
-                       for sentence, translation, score in answers)
-            rows.append({"good clients": clients, "mode": mode, "sent": len(latencies) + failures,
-                         "answered": len(latencies), "as serial": same, "requests/s": len(latencies) / seconds,
+                       for sentence, translation, score in run["answers"])
+            rows.append({"good clients": clients, "mode": mode, "sent": len(latencies) + run["failures"],
+                         "answered": len(latencies), "as serial": same, "requests/s": len(latencies) / run["seconds"],
                          "p50 ms": 1000 * percentile(latencies, 50), "p95 ms": 1000 * percentile(latencies, 95),
-                         "hostile": "; ".join(f"{kind} {statuses[kind]}" for kind in statuses)})
+                         "hostile": dict(run["statuses"])})
         rows[1]["p95 x"] = rows[1]["p95 ms"] / rows[0]["p95 ms"]
     finally:
         code = server.stop()
