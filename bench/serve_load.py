@@ -16,14 +16,29 @@ from the training data's.
 Figures: requests/s (one sentence each) over the row's wall time; p50 and p95 latency of a request as its client
 sees it; the server's mean batch (sentences per decoded batch, from its /metrics); failed requests. The clients
 share the machine's cores with the server, as a load balancer on the same host would.
+
+`--hostile` measures instead what hostile clients cost good ones, on one batching server (`--request-timeout-s 10`,
+so that stalled clients come back within a row): `--clients` good clients (the largest count) run the closed loop
+above alone and beside hostile clients (threads of another process), in turns, twice each for half of
+`--max-seconds`; each hostile client sends a request every `--hostile-interval-ms` (100): 4 poison (a lone
+surrogate, `"\\ud800"`, in valid JSON), 2 nested (100,000 nested arrays), 16 stalled (declare a 100-byte body, send
+7 bytes, wait for the 408) and 4 disconnecting (send a whole request, close before the answer). It prints, for both
+rows, good requests sent and answered, how many answers equal their serial answer (the sentence sent alone first;
+scores to float32's rounding), requests/s, p50 and p95 latency, and the hostile requests by kind and status.
+
+    python bench/serve_load.py --export EXPORT_DIR --hostile --clients 32 --max-seconds 20
 """
 
 import argparse
+import collections
 import http.client
 import json
+import math
+import multiprocessing
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -48,6 +63,10 @@ def parse_args(argv=None):
     parser.add_argument("--max-batch-size", type=int, default=32, help="kmt-serve --max-batch-size (default: 32)")
     parser.add_argument("--batch-timeout-ms", type=float, default=5.0,
                         help="kmt-serve --batch-timeout-ms (default: 5)")
+    parser.add_argument("--hostile", action="store_true",
+                        help="good clients alone, then beside poison, nested, stalled and disconnecting ones")
+    parser.add_argument("--hostile-interval-ms", type=float, default=100.0,
+                        help="with --hostile: each hostile client's wait between requests (default: 100)")
     args = parser.parse_args(argv)
     try:
         args.clients = [int(c) for c in args.clients.split(",")]
@@ -110,8 +129,9 @@ class Server:
         return self.process.wait(timeout=120)
 
 
-def load(port, sentences, clients, requests, max_seconds):
-    """Closed-loop clients on `port`: (latencies of the answered requests, failures, wall seconds)."""
+def load(port, sentences, clients, requests, max_seconds, answers=None):
+    """Closed-loop clients on `port`: (latencies of the answered requests, failures, wall seconds); each answer's
+    (sentence, translation, score) is appended to `answers` if given."""
     latencies, failures, lock, sent = [], [], threading.Lock(), iter(range(requests))
     deadline = time.monotonic() + max_seconds
 
@@ -122,13 +142,17 @@ def load(port, sentences, clients, requests, max_seconds):
                 index = next(sent, None)
             if index is None:
                 break
-            body = json.dumps({"text": [sentences[(index * 7 + number) % len(sentences)]]})
+            sentence = sentences[(index * 7 + number) % len(sentences)]
             started = time.perf_counter()
             try:
-                connection.request("POST", "/translate", body, {"Content-Type": "application/json"})
+                connection.request("POST", "/translate", json.dumps({"text": [sentence]}),
+                                   {"Content-Type": "application/json"})
                 response = connection.getresponse()
-                response.read()
+                body = response.read()
                 ok = response.status == 200
+                if ok and answers is not None:
+                    answer = json.loads(body)
+                    answers.append((sentence, answer["translations"][0], answer["scores"][0]))
             except OSError:
                 ok, connection = False, http.client.HTTPConnection("127.0.0.1", port, timeout=60)
             with lock:
@@ -144,6 +168,91 @@ def load(port, sentences, clients, requests, max_seconds):
     return latencies, len(failures), time.perf_counter() - started
 
 
+HOSTILE = {"poison": 4, "nested": 2, "stalled": 16, "disconnecting": 4}  # clients of each kind
+MIXES = {"alone": False, "beside hostile clients": True}  # whether the hostile clients run
+
+
+def hostile_client(kind, port, interval_s, stop, statuses):
+    """One hostile client of `kind`, a request every `interval_s` until `stop` is set; counts the statuses it gets
+    in `statuses[kind]` ("closed" when the server closed the connection without an answer)."""
+    bodies = {"poison": b'{"text": ["\\ud800 May 1971"]}', "nested": b"[" * 100_000 + b"]" * 100_000,
+              "disconnecting": b'{"text": ["Tuesday, March 5, 1996"]}'}
+    while not stop.wait(interval_s):
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+            body = bodies.get(kind, b'{"text"')
+            length = 100 if kind == "stalled" else len(body)
+            connection.sendall(b"POST /translate HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+                               b"Content-Length: %d\r\n\r\n%s" % (length, body))
+            if kind == "disconnecting":
+                statuses[kind]["sent, gone"] += 1
+                continue
+            reply = connection.recv(64)
+        found = re.match(rb"HTTP/1.1 (\d+)", reply)
+        statuses[kind][found[1].decode() if found else "closed"] += 1
+
+
+def hostile_clients(port, interval_s, stop, results):
+    """Every `HOSTILE` client, on threads of this process (another than the good clients', as other machines would
+    be), until `stop` is set; then puts {kind: {status: count}} on `results`."""
+    statuses = collections.defaultdict(collections.Counter)
+    threads = [threading.Thread(target=hostile_client, args=(kind, port, interval_s, stop, statuses))
+               for kind, count in HOSTILE.items() for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    results.put({kind: dict(counts) for kind, counts in statuses.items()})
+
+
+def hostile(args, export, sentences):
+    """Rows of good clients' figures without and with hostile clients (`HOSTILE`), on one batching server."""
+    server = Server(export, ["--request-timeout-s", "10"])
+    clients, rows = max(args.clients), []
+    try:
+        serial = {}
+        for sentence in sentences:
+            load(server.port, [sentence], 1, 1, 60, answers := [])
+            serial[sentence] = answers[0][1:]
+        load(server.port, sentences, clients, 2 * clients, args.max_seconds)  # untimed
+        runs = {mode: {"latencies": [], "failures": 0, "answers": [], "seconds": 0.0,
+                       "statuses": collections.Counter()} for mode in MIXES}
+        for mode in list(MIXES) * 2:  # in turns, so that a drift in the machine's load falls on both
+            run, context = runs[mode], multiprocessing.get_context("spawn")
+            stop, results = context.Event(), context.Queue()
+            process = context.Process(target=hostile_clients, args=(server.port, args.hostile_interval_ms / 1000,
+                                                                    stop, results))
+            if MIXES[mode]:
+                process.start()
+            latencies, failures, seconds = load(server.port, sentences, clients, 10**9, args.max_seconds / 2,
+                                                run["answers"])
+            run["latencies"] += latencies
+            run["failures"] += failures
+            run["seconds"] += seconds
+            if MIXES[mode]:
+                stop.set()
+                for kind, counts in results.get(timeout=60).items():
+                    run["statuses"].update({f"{kind} {status}": count for status, count in counts.items()})
+                process.join()
+        for mode, run in runs.items():
+            latencies = run["latencies"]
+            same = sum(serial[sentence][0] == translation and math.isclose(serial[sentence][1], score, rel_tol=1e-5)
+                       for sentence, translation, score in run["answers"])
+            rows.append({"good clients": clients, "mode": mode, "sent": len(latencies) + run["failures"],
+                         "answered": len(latencies), "as serial": same, "requests/s": len(latencies) / run["seconds"],
+                         "p50 ms": 1000 * percentile(latencies, 50), "p95 ms": 1000 * percentile(latencies, 95),
+                         "hostile": dict(run["statuses"])})
+        rows[1]["p95 x"] = rows[1]["p95 ms"] / rows[0]["p95 ms"]
+    finally:
+        code = server.stop()
+    print(f"kmt-serve's good clients alone and beside hostile ones, {export}, on {hardware()}")
+    print_table(rows, ["good clients", "mode", "sent", "answered", "as serial", "requests/s", "p50 ms", "p95 ms",
+                       "p95 x"])
+    for row in rows[1:]:
+        print(f"hostile requests by kind and status: {row['hostile']}")
+    print_json("serve_load_hostile", export=str(export), hostile_clients=HOSTILE,
+               hostile_interval_ms=args.hostile_interval_ms, rows=rows, exit_code=code)
+
+
 def main(argv=None):
     args = parse_args(argv)
     sys.path.insert(0, str(ROOT))
@@ -153,6 +262,8 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="serve_load_") as scratch:
         export = Path(args.export) if args.export else (
             Path(args.run_dir) / "export" if args.run_dir else train_dates(Path(scratch) / "dates"))
+        if args.hostile:
+            return hostile(args, export, sentences[:64])
         batching = ["--max-batch-size", str(args.max_batch_size), "--batch-timeout-ms", str(args.batch_timeout_ms)]
         servers = {mode: Server(export, flags + batching) for mode, flags in MODES.items()}
         rows, order = [], list(MODES)

@@ -1,6 +1,6 @@
 """kmt-serve against a real server process on 127.0.0.1: TensorFlow Serving's request and response shapes,
-concurrent clients answered as serial ones, every bad request's status and JSON error, a full queue, a request's
-timeout, and SIGTERM draining the queue."""
+concurrent clients answered as serial ones, every bad request's status and JSON error, poison, stalled and
+vanishing clients beside good ones, a full queue, a request's timeout, and SIGTERM draining the queue."""
 
 import json
 import re
@@ -20,6 +20,7 @@ import pytest
 SENTENCES = [f"{day} {month} {year}" for day, month, year in
              zip(range(1, 29), ["May", "June", "July", "Aug", "September", "Oct", "Nov"] * 4, range(1950, 1978))]
 SENTENCES += ["Tuesday, March 5, 1996", "7/4/21", "the 3rd of December 2001", "2020"]  # 32, of varied lengths
+REQUEST_TIMEOUT_S = 8  # the module's server: how long a stalled body is waited for
 
 
 class Server:
@@ -82,7 +83,8 @@ def _env():
 @pytest.fixture(scope="module")
 def server(smoke_run):
     """One server for the tests that need it answering: small limits, so that going past them is cheap."""
-    running = Server(smoke_run / "export", "--max-sentences", "8", "--max-chars", "100", "--max-batch-size", "16")
+    running = Server(smoke_run / "export", "--max-sentences", "8", "--max-chars", "100", "--max-batch-size", "16",
+                     "--request-timeout-s", str(REQUEST_TIMEOUT_S))
     yield running
     assert running.stop() == 0
 
@@ -179,6 +181,12 @@ BAD = [  # (method, path, body, status, what the error says)
     ("POST", "/translate", {"text": ["7 May 1971"] * 9}, 400, "--max-sentences 8"),
     ("POST", "/translate", {"text": ["7 May 1971", "x" * 101]}, 400, "--max-chars 100"),
     ("POST", "/translate", {"text": ["x" * 100] * 200}, 413, "--max-sentences 8 and --max-chars 100"),
+    ("POST", "/translate", b"x" * 10_000_000, 413, "--max-sentences 8 and --max-chars 100"),  # not a reset
+    ("POST", "/translate", b"[" * 7000 + b"]" * 7000, 400, "malformed JSON: nested too deeply"),
+    ("POST", "/translate", b'{"text": ["7 May 1971", "\\ud800"]}', 400,
+     "text[1] is not valid text: character 0 is a lone surrogate (U+D800)"),
+    ("POST", "/v1/models/kmt:predict", b'{"signature_name": "\\udfff", "inputs": ["a"]}', 404,
+     "signature '\\udfff' not found"),
     ("POST", "/v1/models/kmt:predict", {"instances": [None]}, 400, "instances[0].text must be a string"),
     ("POST", "/v1/models/kmt:predict", {"instances": ["a"], "inputs": ["a"]}, 400, "exactly one of"),
     ("POST", "/v1/models/kmt:predict", {"signature_name": 7, "inputs": ["a"]}, 400, "signature_name must be"),
@@ -189,7 +197,13 @@ BAD = [  # (method, path, body, status, what the error says)
     ("POST", "/v1/models/kmt:predict", {"signature_name": "nope", "inputs": ["a"]}, 404, "signature 'nope'"),
     ("POST", "/v1/models/other:predict", {"inputs": ["a"]}, 404, "model 'other' not found"),
     ("GET", "/v1/models/other", None, 404, "model 'other' not found"),
-    ("GET", "/v1/models/kmt:predict", None, 404, "model 'kmt:predict' not found"),
+    ("GET", "/v1/models/kmt:predict", None, 405, "/v1/models/kmt:predict takes POST. Received: GET"),
+    ("POST", "/v1/models/kmt/versions/1", b"", 405, "takes GET. Received: POST"),
+    ("GET", "/v1/models/kmt/versions/2", None, 404, "version 2 of model 'kmt' not found"),
+    ("POST", "/v1/models/kmt/versions/2:predict", {"inputs": ["a"]}, 404, "version 2 of model 'kmt' not found"),
+    ("POST", "/v1/models/kmt:classify", {"examples": []}, 400, "which :classify cannot call; use :predict"),
+    ("POST", "/v1/models/kmt/labels/stable:regress", {"examples": []}, 400, "which :regress cannot call"),
+    ("GET", "/v1/models/kmt/metadata/x", None, 404, "no route /v1/models/kmt/metadata/x"),
     ("POST", "/healthz", b"", 405, "Method Not Allowed"),
     ("GET", "/nowhere", None, 404, "Not Found"),
 ]
@@ -216,6 +230,107 @@ def test_every_bad_request_gets_its_status_and_one_line_while_others_are_answere
         for thread in threads:
             thread.join(timeout=30)
     assert good and all(good)
+
+
+POISON = [  # (path, body, what the 400 says): valid JSON holding text that UTF-8 cannot encode
+    ("/translate", b'{"text": ["\\ud800"]}', "text[0] is not valid text"),
+    ("/v1/models/kmt:predict", b'{"instances": ["7 May 1971", "\\udc00 May 1971"]}', "instances[1].text is not"),
+    ("/v1/models/kmt:predict", b'{"inputs": {"text": ["x\\ud83d"]}}', "inputs.text[0] is not valid text"),
+]
+
+
+def ask_with_poison(server, requests):
+    """`requests` ([sentences]) sent to /translate all at once with the POISON ones in between; checks that each
+    poison one got its 400 and returns the others' (status, body)."""
+    asks = [("/translate", {"text": sentences}) for sentences in requests]
+    for i, (path, body, _) in enumerate(POISON * 3):
+        asks.insert(4 * i, (path, body))
+    with ThreadPoolExecutor(len(asks)) as pool:
+        answers = list(pool.map(lambda ask: server.post(*ask), asks))
+    good = []
+    for (path, body), (status, _, answer) in zip(asks, answers):
+        says = next((says for p, b, says in POISON if (p, b) == (path, body)), None)
+        if says:
+            assert status == 400 and says in answer["error"], answer
+        else:
+            good.append((status, answer))
+    return good
+
+
+def test_poison_requests_fail_alone_and_their_neighbours_get_their_serial_answers(server, serial):
+    requests = [[SENTENCES[i % len(SENTENCES)]] for i in range(40)]
+    good = ask_with_poison(server, requests)
+    assert [status for status, _ in good] == [200] * 40, good
+    assert [answered(body) for _, body in good] == [[serial[s] for s in sentences] for sentences in requests]
+
+
+def test_tensorflow_serving_metadata_versions_and_labels(server, smoke_run):
+    from google.protobuf.json_format import MessageToDict
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    graph = saved_model_pb2.SavedModel.FromString((smoke_run / "export" / "saved_model.pb").read_bytes())
+    defs = {name: MessageToDict(signature, preserving_proto_field_name=True,
+                                always_print_fields_with_no_presence=True)
+            for name, signature in graph.meta_graphs[0].signature_def.items() if not name.startswith("__")}
+    status, _, metadata = server.get("/v1/models/kmt/metadata")
+    assert status == 200 and metadata["model_spec"] == {"name": "kmt", "signature_name": "", "version": "1"}
+    assert metadata["metadata"]["signature_def"]["signature_def"] == {
+        name: {key: value for key, value in signature.items() if key in ("inputs", "outputs", "method_name")}
+        for name, signature in defs.items()}  # TensorFlow Serving prints the graph's signature defs so
+    assert metadata["metadata"]["signature_def"]["signature_def"]["translate"]["inputs"]["text"] == {
+        "dtype": "DT_STRING", "tensor_shape": {"dim": [{"size": "-1", "name": ""}], "unknown_rank": False},
+        "name": "translate_text:0"}
+    for model in ("kmt/versions/1", "kmt/labels/stable"):
+        assert server.get(f"/v1/models/{model}/metadata")[2] == metadata
+        assert server.get(f"/v1/models/{model}")[2] == server.get("/v1/models/kmt")[2]
+        predict = {"signature_name": "translate", "instances": SENTENCES[:2]}
+        assert server.post(f"/v1/models/{model}:predict", predict)[::2] == server.post("/v1/models/kmt:predict",
+                                                                                        predict)[::2]
+
+
+def requests_answered(server, code):
+    """How many requests the server's /metrics counts with status `code`, over every route."""
+    return sum(int(n) for n in re.findall(rf'^kmt_requests_total\{{route="[^"]*",code="{code}"\}} (\d+)',
+                                          server.get("/metrics")[2], re.M))
+
+
+def test_stalled_bodies_get_408_and_their_connections_closed_while_others_are_answered(server, serial):
+    host, port = server.url.removeprefix("http://").split(":")
+    stalled = [socket.create_connection((host, int(port))) for _ in range(60)]
+    started = time.monotonic()
+    try:
+        for connection in stalled:  # a body of 100 bytes declared, 7 sent
+            connection.sendall(b'POST /translate HTTP/1.1\r\nHost: kmt\r\nContent-Length: 100\r\n\r\n{"text"')
+        for sentence in SENTENCES[:8]:
+            status, _, body = server.post("/translate", {"text": [sentence]})
+            assert status == 200 and answered(body) == [serial[sentence]], body
+        assert time.monotonic() - started < REQUEST_TIMEOUT_S  # answered while the 60 wait
+        for connection in stalled:
+            connection.settimeout(REQUEST_TIMEOUT_S + 20)
+            reply = b"".join(iter(lambda: connection.recv(4096), b""))  # until the server closes it
+            assert reply.startswith(b"HTTP/1.1 408 ") and b"--request-timeout-s 8" in reply, reply
+    finally:
+        for connection in stalled:
+            connection.close()
+
+
+def test_a_client_that_goes_away_is_one_log_line_and_a_499(server):
+    host, port = server.url.removeprefix("http://").split(":")
+    before, lines = requests_answered(server, 499), len(server.lines)
+    body = json.dumps({"text": SENTENCES[:8]}).encode()
+    head = b"POST /translate HTTP/1.1\r\nHost: kmt\r\nContent-Length: %d\r\n\r\n" % len(body)
+    for sent in (head + body[:10], head + body):  # gone while sending its body, gone while waiting for its answer
+        with socket.create_connection((host, int(port))) as connection:
+            connection.sendall(sent)
+    deadline = time.monotonic() + 30
+    while requests_answered(server, 499) < before + 2:
+        assert time.monotonic() < deadline, "\n".join(server.lines[lines:])
+        time.sleep(0.1)
+    wait_for_depth(server, 0)  # the second one's sentences were dropped or decoded
+    logged = server.lines[lines:]
+    assert sum('"POST /translate" 499 ' in line and "(the client went away; nothing sent)" in line
+               for line in logged) == 2
+    assert not any("Traceback" in line or '" 500 ' in line for line in logged), logged
 
 
 def test_mistakes_in_the_command_line_stop_in_one_line(capsys, smoke_run, tmp_path):
@@ -298,6 +413,9 @@ def test_a_ctranslate2_directory_is_served_with_the_saved_models_answers(smoke_r
         status, _, body = running.post("/translate", {"text": SENTENCES[:8]})
         assert status == 200, body
         assert body["translations"] == [serial[sentence][0] for sentence in SENTENCES[:8]]  # greedy: kmt's tokens
+        good = ask_with_poison(running, [[sentence] for sentence in SENTENCES[:16]])
+        assert [(status, body["translations"]) for status, body in good] == [(200, [serial[s][0]]) for s in
+                                                                             SENTENCES[:16]]
         status, _, body = running.post("/v1/models/kmt:predict", {"signature_name": "translate",
                                                                   "instances": SENTENCES[:2]})
         assert status == 200 and [p["translation"] for p in body["predictions"]] == [serial[s][0] for s in

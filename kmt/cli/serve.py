@@ -7,11 +7,13 @@ A client written against `tensorflow_model_server --rest_api_port=8501 --model_n
     curl -s -X POST http://127.0.0.1:8501/translate -d '{"text": ["7 May 1971"]}'
 
 Routes: POST /v1/models/NAME:predict (row "instances" or columnar "inputs"), GET /v1/models/NAME (status),
-POST /translate, GET /healthz, GET /readyz (once the model is loaded and warmed), GET /metrics (Prometheus text).
+GET /v1/models/NAME/metadata (signatures), each also under NAME/versions/1 and NAME/labels/LABEL; POST /translate,
+GET /healthz, GET /readyz (once the model is loaded and warmed), GET /metrics (Prometheus text).
 
 Concurrent requests are gathered into batches of up to --max-batch-size sentences, waiting at most
 --batch-timeout-ms after the first, sorted by length and decoded together; each request gets its own lines. A full
-queue answers 503 with Retry-After; a request over a limit, 400 naming it. SIGTERM (or Ctrl-C) stops accepting
+queue answers 503 with Retry-After; a request over a limit, 400 naming it; a body that does not arrive within
+--request-timeout-s, 408. SIGTERM (or Ctrl-C) stops accepting
 connections, answers every request already received, then exits 0. docs/serving.md has the details.
 
 Examples:
@@ -52,7 +54,8 @@ def parse_args(argv=None):
                         help="most sentences accepted and not yet answered; beyond it a request gets 503 with "
                              "Retry-After (default: 1024)")
     parser.add_argument("--request-timeout-s", type=float, default=30.0,
-                        help="a request not answered within this gets 504 (default: 30)")
+                        help="a request whose body has not arrived within this gets 408, one not answered "
+                             "within this 504 (default: 30)")
     parser.add_argument("--max-sentences", type=int, default=64,
                         help="most sentences in one request (default: 64)")
     parser.add_argument("--max-chars", type=int, default=1000,

@@ -1,37 +1,49 @@
 """The Starlette app: TensorFlow Serving's REST routes, `/translate`, health, readiness and metrics.
 
-Routes (`protocol.py` has the bodies):
+Routes (`protocol.py` has the bodies), MODEL being `NAME`, `NAME/versions/1` or `NAME/labels/LABEL`:
 
-- `POST /v1/models/NAME:predict`: TensorFlow Serving's predict, row (`instances`) or columnar (`inputs`);
-- `GET /v1/models/NAME`: TensorFlow Serving's model status (`LOADING`, then `AVAILABLE`);
+- `POST /v1/models/MODEL:predict`: TensorFlow Serving's predict, row (`instances`) or columnar (`inputs`);
+- `GET /v1/models/MODEL`: TensorFlow Serving's model status (`LOADING`, then `AVAILABLE`);
+- `GET /v1/models/MODEL/metadata`: TensorFlow Serving's model metadata (the signature defs);
 - `POST /translate`: `{"text": [...]}` -> `{"translations": [...], "scores": [...]}`;
 - `GET /healthz` (the process answers), `GET /readyz` (the model is loaded and warmed), `GET /metrics`.
 
-The server listens at once and loads the model on a thread, so `/healthz` answers while it loads; the model routes
-answer 503 until `/readyz` does. Every error is `{"error": "<one line>"}` with TensorFlow Serving's status codes
-(400 bad request, 404 unknown model or signature), plus 413 (body over the limits), 503 (queue full or loading,
-with `Retry-After`), 504 (the request's timeout) and 500 (decoding failed). One access log line per request.
+The server serves one version, `1`, which every label names. The server listens at once and loads the model on a
+thread, so `/healthz` answers while it loads; the model routes answer 503 until `/readyz` does. Every error is
+`{"error": "<one line>"}` with TensorFlow Serving's status codes (400 bad request, 404 unknown model, version or
+signature), plus 405 (a known route, the wrong method), 408 (the body did not arrive within the request timeout),
+413 (body over the limits), 503 (queue full or loading, with `Retry-After`), 504 (the request's timeout) and 500
+(decoding failed). A client that goes away before its answer is logged and counted with status 499, as nginx does,
+and its queued sentences are dropped. One access log line per request.
 """
 
 import asyncio
 import contextlib
 import dataclasses
 import logging
+import re
 import time
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.requests import ClientDisconnect
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from kmt.serving.batching import Batcher, DecodingFailed, QueueFull, Unbatched
 from kmt.serving.metrics import Metrics
 from kmt.serving.model import load_model
-from kmt.serving.protocol import RequestError, parse_json, parse_predict, parse_translate, predict_response
+from kmt.serving.protocol import (RequestError, metadata_response, parse_json, parse_predict, parse_translate,
+                                  predict_response)
 
 logger = logging.getLogger("kmt.serving")
 access_logger = logging.getLogger("kmt.serving.access")
 MODEL_ROUTES = ("/v1/models/:predict", "/translate")
+VERSION = "1"
+CLIENT_GONE = 499  # nginx's "client closed request": logged and counted, never sent
+DRAIN_BYTES = 64 * 2**20  # most of a body over the limit read (and dropped) so that its client gets the 413
+_MODEL_PATH = re.compile(r"(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
+                         r"(?:/(?P<metadata>metadata)|:(?P<verb>[^/:]+))?")
 
 
 @dataclasses.dataclass
@@ -67,14 +79,14 @@ def create_app(model_path, settings, on_load_failure=lambda: None):
             await state.queue.stop()  # decodes what is still queued
 
     routes = [
-        Route("/v1/models/{name}:predict", state.predict, methods=["POST"]),
-        Route("/v1/models/{name}", state.model_status, methods=["GET"]),
+        Route("/v1/models/{path:path}", state.models, methods=["GET", "POST"]),
         Route("/translate", state.translate, methods=["POST"]),
         Route("/healthz", lambda request: JSONResponse({"status": "ok"}), methods=["GET"]),
         Route("/readyz", state.readyz, methods=["GET"]),
         Route("/metrics", state.metrics_text, methods=["GET"]),
     ]
-    handlers = {RequestError: _error_response, HTTPException: _http_error, Exception: _internal_error}
+    handlers = {RequestError: _error_response, HTTPException: _http_error, ClientDisconnect: _client_gone,
+                Exception: _internal_error}
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
     return AccessLog(app, state.metrics)
 
@@ -85,24 +97,42 @@ class _State:
         self.model = self.queue = None
         self.ready = False
 
+    async def models(self, request):
+        """Every route under /v1/models/: TensorFlow Serving's status, metadata and predict."""
+        path = request.url.path
+        route = _MODEL_PATH.fullmatch(request.path_params["path"])
+        if route is None or route["verb"] not in (None, "predict", "classify", "regress"):
+            raise RequestError(404, f"no route {path}; TensorFlow Serving's are /v1/models/NAME[/versions/N"
+                                    f"|/labels/LABEL][/metadata|:predict]")
+        method = "POST" if route["verb"] else "GET"
+        if request.method not in (method, "HEAD" if method == "GET" else None):
+            raise RequestError(405, f"{path} takes {method}. Received: {request.method}", {"Allow": method})
+        self._check_name(route["name"])
+        if route["version"] not in (None, VERSION):
+            raise RequestError(404, f"version {route['version']} of model '{route['name']}' not found; this server "
+                                    f"serves version {VERSION}")
+        if route["verb"] in ("classify", "regress"):
+            raise RequestError(400, f"{path}: kmt's signatures are tensorflow/serving/predict ones, which "
+                                    f":{route['verb']} cannot call; use :predict")
+        if route["verb"]:
+            return await self.predict(request)
+        if route["metadata"]:
+            return JSONResponse(metadata_response(self.settings.model_name, VERSION, self._ready_model().signatures))
+        state = "AVAILABLE" if self.ready else "LOADING"
+        return JSONResponse({"model_version_status": [
+            {"version": VERSION, "state": state, "status": {"error_code": "OK", "error_message": ""}}]})
+
     async def predict(self, request):
-        self._check_name(request.path_params["name"])
         model = self._ready_model()
         signature, inputs, form = parse_predict(parse_json(await self._body(request)), model.signatures)
-        outputs = await self._run(signature, inputs)
+        outputs = await self._run(request, signature, inputs)
         return JSONResponse(predict_response(outputs, form, len(next(iter(inputs.values())))))
 
     async def translate(self, request):
         self._ready_model()
         text = parse_translate(parse_json(await self._body(request)))
-        outputs = await self._run("translate", {"text": text})
+        outputs = await self._run(request, "translate", {"text": text})
         return JSONResponse({"translations": outputs["translation"], "scores": outputs["score"]})
-
-    async def model_status(self, request):
-        self._check_name(request.path_params["name"])
-        state = "AVAILABLE" if self.ready else "LOADING"
-        return JSONResponse({"model_version_status": [
-            {"version": "1", "state": state, "status": {"error_code": "OK", "error_message": ""}}]})
 
     async def readyz(self, request):
         if not self.ready:
@@ -123,17 +153,40 @@ class _State:
         return self.model
 
     async def _body(self, request):
-        limit, chunks, size = self.settings.max_body_bytes, [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise RequestError(413, f"the request body is over {limit} bytes, the most that --max-sentences "
-                                        f"{self.settings.max_sentences} and --max-chars {self.settings.max_chars} "
-                                        f"allow")
-            chunks.append(chunk)
+        """The request's body, read within --request-timeout-s (else 408). A body over the limit is read on, up to
+        `DRAIN_BYTES`, and dropped, so that its client, still sending, reads the 413 rather than a reset
+        connection. Both answers close the connection."""
+        settings, chunks, size = self.settings, [], 0
+        limit, closing = settings.max_body_bytes, {"Connection": "close"}
+        try:
+            async with asyncio.timeout(settings.request_timeout_s):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > DRAIN_BYTES:
+                        break
+                    if size <= limit:
+                        chunks.append(chunk)
+        except TimeoutError:
+            raise RequestError(408, f"the request body did not arrive within --request-timeout-s "
+                                    f"{settings.request_timeout_s:g}", closing) from None
+        if size > limit:
+            raise RequestError(413, f"the request body is over {limit} bytes, the most that --max-sentences "
+                                    f"{settings.max_sentences} and --max-chars {settings.max_chars} allow", closing)
         return b"".join(chunks)
 
-    async def _run(self, signature, inputs):
+    async def _run(self, request, signature, inputs):
+        """The outputs of `signature` on `inputs`, or a `RequestError`; `ClientDisconnect` if the client goes away
+        first (its queued sentences are then dropped)."""
+        decoding = asyncio.ensure_future(self._decode(signature, inputs))
+        gone = asyncio.ensure_future(request.receive())  # the body is read: the next message is a disconnect
+        await asyncio.wait((decoding, gone), return_when=asyncio.FIRST_COMPLETED)
+        if decoding.done():
+            gone.cancel()
+            return decoding.result()
+        decoding.cancel()
+        raise ClientDisconnect()
+
+    async def _decode(self, signature, inputs):
         settings = self.settings
         count = len(next(iter(inputs.values())))
         if count > settings.max_sentences:
@@ -187,6 +240,11 @@ def _internal_error(request, error):
     return JSONResponse({"error": f"internal error: {type(error).__name__}"}, status_code=500)
 
 
+def _client_gone(request, error):
+    """The client went away: nothing can be sent; the access log counts it as `CLIENT_GONE`."""
+    return Response(status_code=CLIENT_GONE)
+
+
 def _http_error(request, error):
     return JSONResponse({"error": f"{error.detail}: {request.method} {request.url.path}"},
                         status_code=error.status_code, headers=error.headers)
@@ -201,7 +259,7 @@ class AccessLog:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        started, status = time.perf_counter(), [500]
+        started, status = time.perf_counter(), [500]  # an exception's 500, unless a response starts
 
         async def send_status(message):
             if message["type"] == "http.response.start":
@@ -213,10 +271,11 @@ class AccessLog:
         finally:
             seconds = time.perf_counter() - started
             route = _route(scope["path"])
-            self.metrics.observe_request(route, status[0], seconds, route in MODEL_ROUTES)
+            answered = status[0] != CLIENT_GONE
+            self.metrics.observe_request(route, status[0], seconds, answered and route in MODEL_ROUTES)
             client = "%s:%d" % tuple(scope["client"]) if scope.get("client") else "-"
-            access_logger.info('%s "%s %s" %d %.1fms', client, scope["method"], scope["path"], status[0],
-                               seconds * 1000)
+            access_logger.info('%s "%s %s" %d %.1fms%s', client, scope["method"], scope["path"], status[0],
+                               seconds * 1000, "" if answered else " (the client went away; nothing sent)")
 
 
 def _route(path):

@@ -9,6 +9,9 @@ and answer requests meanwhile. Each request's future resolves once its last sent
 
 `Unbatched` is the comparison without a batcher: each request decoded alone, as it arrives, on a thread pool.
 
+A batch the model fails on is decoded again one sentence at a time, so that a sentence the model cannot take fails
+its own request only, never the requests it was batched with.
+
 Both count the sentences accepted and not yet answered (`depth`) and refuse a request that would take it past
 `max_queue` (`QueueFull`). A request that stops waiting (its timeout, a client gone) has its sentences dropped from
 the queue; sentences already in a batch being decoded are decoded anyway, and only that request sees the timeout.
@@ -27,7 +30,7 @@ class QueueFull(Exception):
 
 
 class DecodingFailed(Exception):
-    """The model raised while decoding a request's batch (logged with its traceback)."""
+    """The model raised while decoding one of a request's sentences alone (logged with its traceback)."""
 
 
 class _Counted:
@@ -62,7 +65,7 @@ class Unbatched(_Counted):
             outputs = await asyncio.to_thread(self._model.run, signature, inputs)
         except Exception as error:
             logger.exception("decoding a request of %d failed", count)
-            raise DecodingFailed(f"decoding failed: {' '.join(str(error).split())}") from None
+            raise DecodingFailed(f"decoding failed: {_one_line(error)}") from None
         finally:
             self.depth -= count
         self._on_batch(count)
@@ -158,23 +161,36 @@ class Batcher(_Counted):
             live = [sentence for sentence in batch if not sentence.request.future.done()]
             self.depth -= len(batch) - len(live)
             if live:
-                await self._decode_batch(live)
+                try:
+                    await self._decode_batch(live)
+                finally:
+                    self.depth -= len(live)
 
     async def _decode_batch(self, batch):
+        """Decodes `batch` in one call; if that fails, each of its sentences alone, failing only those that fail
+        alone."""
         signature = batch[0].signature
         inputs = {name: [sentence.inputs[name] for sentence in batch] for name in batch[0].inputs}
         loop = asyncio.get_running_loop()
         try:
             outputs = await loop.run_in_executor(self._worker, self._model.run, signature, inputs)
-        except Exception as error:  # a failed batch fails its requests, never the server
-            logger.exception("decoding a batch of %d failed", len(batch))
-            for sentence in batch:
-                if not sentence.request.future.done():
-                    sentence.request.future.set_exception(
-                        DecodingFailed(f"decoding failed: {' '.join(str(error).split())}"))
+        except Exception as error:  # a failed batch fails the guilty requests only, never the server
+            if len(batch) > 1:
+                logger.warning("decoding a batch of %d failed (%s); decoding its sentences one at a time",
+                               len(batch), _one_line(error))
+                for sentence in batch:
+                    if not sentence.request.future.done():  # a request with a failed sentence has failed
+                        await self._decode_batch([sentence])
+            else:
+                logger.exception("decoding a sentence failed")
+                if not batch[0].request.future.done():
+                    batch[0].request.future.set_exception(DecodingFailed(f"decoding failed: {_one_line(error)}"))
         else:
             for row, sentence in enumerate(batch):
                 sentence.request.put(sentence.index, {name: values[row] for name, values in outputs.items()})
         finally:
-            self.depth -= len(batch)
             self._on_batch(len(batch))
+
+
+def _one_line(error):
+    return " ".join(str(error).split())

@@ -1,8 +1,9 @@
 """The server's metrics in Prometheus's text format (`GET /metrics`), for a load balancer or a scraper.
 
-- `kmt_requests_total{route, code}`: requests answered, by route and HTTP status;
+- `kmt_requests_total{route, code}`: requests, by route and HTTP status; code 499 (nginx's "client closed request")
+  counts the clients that went away before their answer, to whom nothing was sent;
 - `kmt_request_latency_seconds{quantile}`: latency percentiles (0.5, 0.95, 0.99) over the last `window` requests to
-  the model routes, with `_sum` and `_count` over all of them;
+  the model routes that were answered, with `_sum` and `_count` over all of them;
 - `kmt_batch_size`: a histogram of the batches decoded (sentences per batch);
 - `kmt_sentences_total`: sentences decoded;
 - `kmt_queue_depth`: sentences accepted and not yet answered;
@@ -41,7 +42,7 @@ class Metrics:
         self.batch_count += 1
 
     def render(self, queue_depth, ready):
-        lines = ["# HELP kmt_requests_total Requests answered, by route and HTTP status.",
+        lines = ["# HELP kmt_requests_total Requests by route and HTTP status (499: the client went away first).",
                  "# TYPE kmt_requests_total counter"]
         lines += [f'kmt_requests_total{{route="{route}",code="{code}"}} {count}'
                   for (route, code), count in sorted(self.requests.items())]

@@ -13,11 +13,21 @@ from kmt.errors import KmtError
 
 
 @dataclasses.dataclass(frozen=True)
-class Signature:
-    """The input and output names of one signature, sorted; every input is a batch of strings, `[None]`."""
+class Tensor:
+    """One input or output of a signature, as TensorFlow Serving's metadata describes it."""
 
-    inputs: tuple
-    outputs: tuple
+    dtype: str  # TensorFlow's DataType name: "DT_STRING", "DT_FLOAT", "DT_INT32"
+    shape: tuple  # -1 for a dimension of any size; None for an unknown rank
+    name: str  # the graph tensor's name ("serving_default_text:0"), or the input's name outside a graph
+
+
+@dataclasses.dataclass(frozen=True)
+class Signature:
+    """One signature: {input name: `Tensor`} and {output name: `Tensor`}, sorted by name; every input is a batch
+    of strings, `[None]`."""
+
+    inputs: dict
+    outputs: dict
 
 
 def check_model_path(path):
@@ -49,7 +59,9 @@ class CTranslate2Runner:
         from kmt.inference.ctranslate2 import CT2Translator
 
         self._translator = CT2Translator(path)
-        text = Signature(inputs=("text",), outputs=("score", "translation"))
+        text = Signature(inputs={"text": Tensor("DT_STRING", (-1,), "text")},
+                         outputs={"score": Tensor("DT_FLOAT", (-1,), "score"),
+                                  "translation": Tensor("DT_STRING", (-1,), "translation")})
         self.signatures = {"serving_default": text, "translate": text}
 
     def run(self, signature, inputs):
@@ -72,11 +84,7 @@ class SavedModelRunner:
         self._functions = dict(self._loaded.signatures)
         if "translate" not in self._functions:
             raise KmtError(f"{path} has no 'translate' signature; was it exported by kmt?")
-        self.signatures = {
-            name: Signature(inputs=tuple(sorted(function.structured_input_signature[1])),
-                            outputs=tuple(sorted(function.structured_outputs)))
-            for name, function in self._functions.items()
-        }
+        self.signatures = _signatures(Path(path) / "saved_model.pb", self._functions)
 
     def run(self, signature, inputs):
         """Calls `signature` on `inputs` ({input name: list of str}, each of the batch's length); returns
@@ -86,6 +94,24 @@ class SavedModelRunner:
         tensors = {name: tf.constant(values, dtype=tf.string, shape=[len(values)]) for name, values in inputs.items()}
         outputs = self._functions[signature](**tensors)
         return {name: _python(tensor.numpy().tolist()) for name, tensor in outputs.items()}
+
+
+def _signatures(saved_model_pb, names):
+    """{name: `Signature`} for each of `names`, from the SavedModel's signature defs (what TensorFlow Serving's
+    metadata reports)."""
+    from tensorflow.core.framework import types_pb2
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    graph = saved_model_pb2.SavedModel.FromString(saved_model_pb.read_bytes()).meta_graphs[0]
+
+    def tensors(infos):
+        return {key: Tensor(types_pb2.DataType.Name(info.dtype),
+                            None if info.tensor_shape.unknown_rank else tuple(d.size for d in info.tensor_shape.dim),
+                            info.name)
+                for key, info in sorted(infos.items())}
+
+    return {name: Signature(tensors(graph.signature_def[name].inputs), tensors(graph.signature_def[name].outputs))
+            for name in names}
 
 
 def _python(value):

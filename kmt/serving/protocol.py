@@ -10,10 +10,17 @@ strings:
 - columnar: `{"signature_name": S, "inputs": ...}`: a list of strings when the signature has one input, else an
   object of equally long lists. The answer is `{"outputs": {name: [...]}}`, or the bare list for one output.
 
-`signature_name` defaults to `serving_default`. Anything else is a `RequestError` with its HTTP status and one line.
+`signature_name` defaults to `serving_default`. Every string is checked and normalized as it arrives: one that
+UTF-8 cannot encode (a lone surrogate such as `"\\ud800"`, valid JSON) is refused naming its place
+(`instances[3].text`), and the rest are put in Unicode's NFC form, so what reaches the model is text it can take.
+Anything else is a `RequestError` with its HTTP status and one line.
+
+`metadata_response` is TensorFlow Serving's `GET /v1/models/NAME/metadata` answer: the signature defs, with each
+input's and output's dtype, shape and tensor name.
 """
 
 import json
+import unicodedata
 
 DEFAULT_SIGNATURE = "serving_default"
 
@@ -22,6 +29,7 @@ class RequestError(Exception):
     """A request the server refuses: `status` (HTTP), `message` (one line) and extra response `headers`."""
 
     def __init__(self, status, message, headers=None):
+        message = message.encode("utf-8", "backslashreplace").decode()  # a client's lone surrogate, quoted
         super().__init__(message)
         self.status, self.message, self.headers = status, message, headers or {}
 
@@ -32,6 +40,8 @@ def parse_json(body):
         value = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise RequestError(400, f"malformed JSON: {error}") from None
+    except RecursionError:
+        raise RequestError(400, "malformed JSON: nested too deeply") from None
     if not isinstance(value, dict):
         raise RequestError(400, f"the request body must be a JSON object. Received: {type(value).__name__}")
     return value
@@ -50,7 +60,7 @@ def parse_predict(body, signatures):
     if ("instances" in body) == ("inputs" in body):
         raise RequestError(400, "the request must hold exactly one of 'instances' (row format) or 'inputs' "
                                 "(columnar format)")
-    names = signatures[name].inputs
+    names = tuple(signatures[name].inputs)
     if "instances" in body:
         return name, _rows(body["instances"], names), "row"
     return name, _columns(body["inputs"], names), "columnar"
@@ -72,6 +82,22 @@ def predict_response(outputs, form, count):
     if len(outputs) == 1:
         return {"predictions": next(iter(outputs.values()))}
     return {"predictions": [{key: values[i] for key, values in outputs.items()} for i in range(count)]}
+
+
+def metadata_response(model_name, version, signatures):
+    """TensorFlow Serving's model metadata for `signatures` ({name: `kmt.serving.model.Signature`})."""
+
+    def tensor_info(tensor):
+        dims = [{"size": str(size), "name": ""} for size in tensor.shape or ()]
+        return {"dtype": tensor.dtype, "tensor_shape": {"dim": dims, "unknown_rank": tensor.shape is None},
+                "name": tensor.name}
+
+    defs = {name: {"inputs": {key: tensor_info(t) for key, t in signature.inputs.items()},
+                   "outputs": {key: tensor_info(t) for key, t in signature.outputs.items()},
+                   "method_name": "tensorflow/serving/predict"}
+            for name, signature in sorted(signatures.items())}
+    return {"model_spec": {"name": model_name, "signature_name": "", "version": version},
+            "metadata": {"signature_def": {"signature_def": defs}}}
 
 
 def _rows(instances, names):
@@ -110,6 +136,12 @@ def _strings(values, where):
 
 
 def _string(value, where):
+    """`value`, a string UTF-8 can encode, in NFC form."""
     if not isinstance(value, str):
         raise RequestError(400, f"{where} must be a string. Received: {type(value).__name__}")
-    return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise RequestError(400, f"{where} is not valid text: character {error.start} is a lone surrogate "
+                                f"(U+{ord(value[error.start]):04X}), which UTF-8 cannot encode") from None
+    return unicodedata.normalize("NFC", value)
