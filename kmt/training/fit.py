@@ -20,7 +20,7 @@ from kmt.run_dir import write_atomically
 from kmt.training.checkpointing import EpochCheckpoint
 from kmt.training.control import DeferredInterrupt, EarlyStopping, LateDropout, StoppedEarly, TimeBudget
 from kmt.training.logs import HistoryCSV, TrainingStats, ValidationBLEU
-from kmt.training.resume import AtomicBackupAndRestore
+from kmt.training.resume import AtomicBackupAndRestore, optimizer_step
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def fit(cfg, prepared):
     except StoppedEarly as stopped:  # the resume state's weights are restored: go on to finish
         logger.info("resumed run: %s", stopped)
     wall_seconds = time.perf_counter() - started
-    updates = int(p.model.optimizer.iterations)
+    updates = optimizer_step(p.model)
     if p.schedule.cooldown_steps and updates < p.total_steps:
         logger.warning(
             "the run stopped after %d of the %d updates its cool-down (optim.cooldown) was planned for, so the "
