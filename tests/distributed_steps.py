@@ -18,10 +18,9 @@ def main(prepared, work):
     import keras
 
     if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
+        from tests.logical_devices import split_cpu
 
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        split_cpu(2)
 
     from kmt.training import prepare as prepare_module
     from kmt.training.prepare import prepare

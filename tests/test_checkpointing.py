@@ -1,4 +1,5 @@
-"""Epoch checkpoints: the best one follows trainer.monitor in its direction."""
+"""Epoch checkpoints: the best one follows trainer.monitor in its direction, and an epoch's checkpoint is on disk
+before the resume state says the epoch is done."""
 
 import keras
 
@@ -27,3 +28,11 @@ def test_the_best_checkpoint_follows_the_monitor_in_its_direction(tmp_path):
     for epoch, value in enumerate([9.0, 7.0, 8.0]):
         perplexity.on_epoch_end(epoch, {"loss": 1.0, "val_ppl": value})
     assert best_epoch(tmp_path / "ppl", "val_ppl") == {"epoch": 2, "monitor": "val_ppl", "value": 7.0}
+
+
+def test_an_epochs_checkpoint_is_written_before_the_resume_state_holds_the_epoch(smoke_run):
+    # A kill between the two would resume after an epoch whose checkpoint is missing, so trainer.average_last would
+    # average one checkpoint fewer than it names.
+    checkpoints = smoke_run / "checkpoints"
+    written = (checkpoints / "epoch_002.weights.h5").stat().st_mtime_ns
+    assert written <= (checkpoints / "backup" / "training_metadata.json").stat().st_mtime_ns

@@ -1,6 +1,7 @@
 """Data parallelism (`trainer.distribute`, kmt.training.distribute) on this machine's CPU: two devices step as one
-device with the same global batch, two worker processes on 127.0.0.1 train one model that only the chief writes,
-and a worker killed mid-run resumes with the chief to every epoch once."""
+device with the same global batch; and every mode runs the whole command a user runs, on two devices (TensorFlow:
+two logical CPU devices; JAX: two host devices, or two worker processes on 127.0.0.1), killed by SIGKILL after its
+first epoch and run again: it resumes, averages its last checkpoints, scores, exports, and the export translates."""
 
 import csv
 import json
@@ -51,36 +52,54 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_workers(run_dir, prepared, epochs, logs):
+def train_command(run_dir, prepared, *overrides):
+    """kmt-train's command line for a 2-epoch smoke run from `prepared` that averages its 2 epochs' checkpoints."""
+    return [sys.executable, "-m", "kmt.cli.train", "debug=smoke", "data=prepared", f"data.path={prepared}",
+            "trainer.epochs=2", "trainer.average_last=2", "trainer.verbose=2", *overrides, f"hydra.run.dir={run_dir}"]
+
+
+def start(command, log, **env):
+    """Starts `command` in ROOT with the variables of `env` added, its output appended to the file `log`."""
+    env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"} | env
+    with open(log, "a") as output:
+        return subprocess.Popen(command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
+
+
+def start_workers(run_dir, prepared, logs):
     """Two JAX processes of one multi_worker run on 127.0.0.1, the same command line but for their process id."""
-    port = free_port()
-    command = [sys.executable, "-m", "kmt.cli.train", "debug=smoke", "data=prepared", f"data.path={prepared}",
-               "trainer.distribute=multi_worker", f"trainer.coordinator=127.0.0.1:{port}", "trainer.num_processes=2",
-               f"trainer.epochs={epochs}", "trainer.export=false", "trainer.verbose=2", f"hydra.run.dir={run_dir}"]
-    workers = []
-    for index in (0, 1):
-        env = os.environ | {"KERAS_BACKEND": "jax", "KERAS_DISTRIBUTION_PROCESS_ID": str(index),
-                            "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
-        log = open(logs / f"worker{index}.log", "a")
-        workers.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
-        log.close()
-    return workers
+    command = train_command(run_dir, prepared, "trainer.distribute=multi_worker",
+                            f"trainer.coordinator=127.0.0.1:{free_port()}", "trainer.num_processes=2")
+    return [start(command, logs / f"worker{index}.log", KERAS_BACKEND="jax", KERAS_DISTRIBUTION_PROCESS_ID=str(index))
+            for index in (0, 1)]
 
 
-def finish(workers, logs):
-    """Waits for both workers (killing them past `TIMEOUT`); returns their logs."""
+def kill_after_first_epoch(processes, run_dir, log):
+    """Kills `processes` by SIGKILL once the run's resume state holds its first epoch, before the run ends."""
+    first = run_dir / "checkpoints" / "backup" / "training_metadata.json"
+    deadline = time.monotonic() + TIMEOUT
+    while not first.exists() and time.monotonic() < deadline and all(p.poll() is None for p in processes):
+        time.sleep(0.05)
+    for process in processes:  # a multi_worker run's worker first: its chief, waiting on it, is killed too
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    assert first.exists(), log.read_text()[-3000:]
+    assert not (run_dir / "metrics.json").exists()  # killed before the end
+
+
+def finish(processes, logs):
+    """Waits for `processes` (killing them past `TIMEOUT`); returns the text of their `logs`."""
     deadline = time.monotonic() + TIMEOUT
     try:
-        for worker in workers:
-            worker.wait(timeout=max(1, deadline - time.monotonic()))
+        for process in processes:
+            process.wait(timeout=max(1, deadline - time.monotonic()))
     finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.kill()
-                worker.wait()
-    texts = [(logs / f"worker{index}.log").read_text() for index in (0, 1)]
-    for worker, text in zip(workers, texts):
-        assert worker.returncode == 0, text[-3000:]
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    texts = [log.read_text() for log in logs]
+    for process, text in zip(processes, texts):
+        assert process.returncode == 0, text[-3000:]
     return texts
 
 
@@ -93,33 +112,49 @@ def epochs_in(run_dir):
         return [int(row["epoch"]) for row in csv.DictReader(f)]
 
 
+def check_the_whole_run(run_dir, log, prepared):
+    """A run of `train_command` resumed after a kill: every epoch trained once, at the learning-rate step it stopped
+    at, its 2 checkpoints averaged, val and test scored, and an export that translates two test sentences."""
+    assert log.count("resuming after epoch") == 1
+    assert epochs_in(run_dir) == [0, 1]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    steps_per_epoch = int(re.findall(r"(\d+) steps an epoch", log)[-1])
+    assert metrics["train"]["steps"] == 2 * steps_per_epoch  # the learning rate's step, counted once an update
+    assert metrics["train"]["averaged_checkpoints"] == 2  # the checkpoint of the epoch before the kill included
+    assert (run_dir / "checkpoints" / "average_last2.weights.h5").exists()
+    assert {"val", "test", "export"} <= metrics.keys()
+    sources = (prepared / "test.source.txt").read_text().splitlines()[:2]
+    result = run_cli("translate", run_dir / "export", input="\n".join(sources) + "\n", timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    translations = result.stdout.splitlines()
+    assert len(translations) == len(sources) and all(line.strip() for line in translations), translations
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_mirrored_on_two_devices_runs_the_whole_command_and_resumes_after_a_kill(backend, prepared_smoke, tmp_path):
+    run_dir, log = tmp_path / "run", tmp_path / "train.log"
+    command = train_command(run_dir, prepared_smoke, "trainer.distribute=mirrored")
+    env = {"KERAS_BACKEND": backend}
+    if backend == "tensorflow":  # this CPU split in two logical devices, then the same command
+        command[1:3] = ["-m", "tests.logical_devices", "2", "kmt.cli.train"]
+    else:
+        env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    kill_after_first_epoch([start(command, log, **env)], run_dir, log)
+    (text,) = finish([start(command, log, **env)], [log])
+    assert text.count("data parallel (trainer.distribute=mirrored): 2 devices in 1 process") == 2
+    check_the_whole_run(run_dir, text, prepared_smoke)
+
+
 def test_two_workers_train_one_model_that_only_the_chief_writes_and_after_a_kill_resume_every_epoch_once(
         prepared_smoke, tmp_path):
-    run_dir, epochs = tmp_path / "run", 3
-    workers = start_workers(run_dir, prepared_smoke, epochs, tmp_path)
-    first = run_dir / "checkpoints" / "epoch_001.weights.h5"
-    deadline = time.monotonic() + TIMEOUT
-    while not first.exists() and time.monotonic() < deadline and all(w.poll() is None for w in workers):
-        time.sleep(0.05)
-    assert first.exists(), (tmp_path / "worker0.log").read_text()[-3000:]
-    workers[1].send_signal(signal.SIGKILL)  # the worker dies; its chief, waiting on it, is killed too
-    workers[0].send_signal(signal.SIGKILL)
-    for worker in workers:
-        worker.wait()
-    done = epochs_in(run_dir)
-    assert done and done[-1] < epochs - 1, done  # killed before the end
+    run_dir, logs = tmp_path / "run", [tmp_path / "worker0.log", tmp_path / "worker1.log"]
+    kill_after_first_epoch(start_workers(run_dir, prepared_smoke, tmp_path)[::-1], run_dir, logs[0])
 
-    texts = finish(start_workers(run_dir, prepared_smoke, epochs, tmp_path), tmp_path)
-    assert epochs_in(run_dir) == list(range(epochs))
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    steps_per_epoch = int(re.search(r"(\d+) steps an epoch", texts[0]).group(1))
-    assert metrics["train"]["steps"] == epochs * steps_per_epoch  # the learning rate's step, counted once an update
+    texts = finish(start_workers(run_dir, prepared_smoke, tmp_path), logs)
+    check_the_whole_run(run_dir, texts[0], prepared_smoke)
     chief, worker = fingerprints(texts)
     assert chief == worker
     assert texts[1].count("resuming after epoch") == 1
-    for path in ["config.yaml", "metrics.json", "model.keras", "checkpoints/epoch_003.weights.h5",
-                 "checkpoints/backup/latest.weights.h5"]:
-        assert (run_dir / path).exists(), path
     train_log = (run_dir / "train.log").read_text()
     assert "this is process 0" in train_log and "this is process 1" not in train_log  # the worker's log stays its own
     assert "this is process 1" in texts[1] and "val: loss" not in texts[1]  # it scores nothing either

@@ -121,8 +121,8 @@ def place(cfg):
         devices = keras.distribution.list_devices()
         distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
         placement = Placement(mode, len(devices), jax.process_count(), jax.process_index(), distribution)
-    logger.info("data parallel (trainer.distribute=%s): %d devices in %d process%s%s", mode, placement.replicas,
-                placement.processes, "es" if placement.processes > 1 else "",
+    logger.info("data parallel (trainer.distribute=%s): %d device%s in %d process%s%s", mode, placement.replicas,
+                "s" if placement.replicas > 1 else "", placement.processes, "es" if placement.processes > 1 else "",
                 f", this is process {placement.index}" if placement.processes > 1 else "")
     if placement.replicas == 1:
         logger.warning("trainer.distribute=%s found one device: training as trainer.distribute=none would", mode)

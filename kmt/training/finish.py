@@ -10,13 +10,13 @@ import sys
 from dataclasses import replace
 
 import keras
-from keras import ops
 
 from kmt.checkpoints import average_checkpoints, early_averaging_warning
 from kmt.inference.translate import translate_fn, translate_lines
 from kmt.metrics import translation_scores
 from kmt.run_dir import write_atomically
 from kmt.training.distribute import fingerprint, local_copy
+from kmt.training.resume import optimizer_step
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ def finish(cfg, prepared, fitted):
     A distributed run's chief does it all on a copy of the model on its own devices (`distribute.local_copy`), and
     its other workers nothing: they return None."""
     p, run = prepared, prepared.run
-    steps = int(ops.convert_to_numpy(p.model.optimizer.iterations))
+    steps = optimizer_step(p.model)
     evaluation_data = p.evaluation_data
     if p.placement.distributed:
         # Every worker reads the weights (under JAX, reading weights spread over processes takes them all), and

@@ -20,7 +20,7 @@ from kmt.run_dir import write_atomically
 from kmt.training.checkpointing import EpochCheckpoint
 from kmt.training.control import DeferredInterrupt, EarlyStopping, LateDropout, StoppedEarly, TimeBudget
 from kmt.training.logs import HistoryCSV, TrainingStats, ValidationBLEU
-from kmt.training.resume import AtomicBackupAndRestore
+from kmt.training.resume import AtomicBackupAndRestore, optimizer_step
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def fit(cfg, prepared):
     except StoppedEarly as stopped:  # the resume state's weights are restored: go on to finish
         logger.info("resumed run: %s", stopped)
     wall_seconds = time.perf_counter() - started
-    updates = int(p.model.optimizer.iterations)
+    updates = optimizer_step(p.model)
     if p.schedule.cooldown_steps and updates < p.total_steps:
         logger.warning(
             "the run stopped after %d of the %d updates its cool-down (optim.cooldown) was planned for, so the "
@@ -93,8 +93,8 @@ def build_callbacks(cfg, run, tokens_per_epoch, val_bleu=None, chief=True):
         scratch = scratch_dir()
         backup = AtomicBackupAndRestore(run.checkpoints.backup, cfg.optim.gradient_accumulation_steps,
                                         save_to=scratch / "backup.weights.h5")
-        checkpoint = EpochCheckpoint(scratch, keep=1, monitor=cfg.trainer.monitor)
-        return [keras.callbacks.TerminateOnNaN(), *([val_bleu] if val_bleu else []), stats, backup, checkpoint], stats
+        checkpoint = EpochCheckpoint(scratch, keep=1, monitor=cfg.trainer.monitor)  # in the chief's order
+        return [keras.callbacks.TerminateOnNaN(), *([val_bleu] if val_bleu else []), stats, checkpoint, backup], stats
     run.logs.mkdir(parents=True, exist_ok=True)
     callbacks = [
         keras.callbacks.TerminateOnNaN(),
@@ -102,13 +102,14 @@ def build_callbacks(cfg, run, tokens_per_epoch, val_bleu=None, chief=True):
         stats,
         HistoryCSV(run.history),  # before the backup: a resume drops rows the backup does not cover
         *tensorboard(run),
+        # before the resume state: a kill once it holds the epoch finds the epoch's checkpoint (which averaging reads)
+        EpochCheckpoint(run.checkpoints.directory, keep=cfg.trainer.keep_checkpoints, monitor=cfg.trainer.monitor),
         # then the resume state: a kill after it loses nothing
         AtomicBackupAndRestore(run.checkpoints.backup, batches_per_update=cfg.optim.gradient_accumulation_steps),
         # config.yaml (what kmt-export rebuilds the model from) once the resume state has accepted this config, so
         # a resume refused for a changed setting leaves the run's record as it was
         keras.callbacks.LambdaCallback(on_train_begin=lambda logs: write_atomically(
             run.config, OmegaConf.to_yaml(cfg, resolve=True))),
-        EpochCheckpoint(run.checkpoints.directory, keep=cfg.trainer.keep_checkpoints, monitor=cfg.trainer.monitor),
     ]
     if cfg.trainer.patience:  # after the checkpoint, which records the best epoch
         callbacks.append(EarlyStopping(run.checkpoints.directory, cfg.trainer.monitor, cfg.trainer.patience))

@@ -14,6 +14,12 @@ from kmt.training.checkpointing import finite_loss
 logger = logging.getLogger(__name__)
 
 
+def optimizer_step(model):
+    """The number of updates `model`'s optimizer has made, as a Python int, whatever holds it (a `MirroredVariable`
+    under `tf.distribute`, an array spread over devices under JAX)."""
+    return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+
+
 def seed_states(model):
     """The model's random-state variables (a `SeedGenerator` each, in every Dropout layer), in a fixed order. Keras's
     weights files leave them out, so a resumed run would draw its first epochs' dropout masks again."""
@@ -72,11 +78,11 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         epoch = self.model._initial_epoch
         if epoch:
             self._check_optimizer_restored()
-            logger.info("resuming after epoch %d at optimizer step %d", epoch, int(self.model.optimizer.iterations))
+            logger.info("resuming after epoch %d at optimizer step %d", epoch, optimizer_step(self.model))
             self._restore_seed_states(resume_state.get("seed_states"))
 
     def _check_optimizer_restored(self):
-        if not int(self.model.optimizer.iterations.numpy()):  # Keras skips variables it cannot match, warning only
+        if not optimizer_step(self.model):  # Keras skips variables it cannot match, warning only
             raise KmtError(
                 f"the optimizer state in {self.backup_dir} did not load into this optimizer, so the learning rate "
                 "would restart; resume with the run's original optim.* settings or use a new hydra.run.dir"
