@@ -72,17 +72,12 @@ class _QuietLoader(importlib.abc.Loader):
 
 
 class _StartupFinder(importlib.abc.MetaPathFinder):
-    """Finds `keras` and `tensorflow` as Python would, the first time each is imported, behind `_QuietLoader`."""
-
-    def __init__(self):
-        self.pending = {"keras", "tensorflow"} - set(sys.modules)
+    """Finds `keras` and `tensorflow` as Python would, behind `_QuietLoader` (asked only until they are imported;
+    a `find_spec` that only asks whether one is installed imports nothing)."""
 
     def find_spec(self, name, path=None, target=None):
-        if name not in self.pending:
+        if name not in ("keras", "tensorflow"):
             return None
-        self.pending.discard(name)
-        if not self.pending:
-            sys.meta_path.remove(self)
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is not None and spec.loader is not None:
             spec.loader = _QuietLoader(spec.loader)
