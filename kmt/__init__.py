@@ -1,21 +1,91 @@
 """kmt: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as Keras 3 layers, for translation.
 
-Importing kmt registers its Keras objects (layers, mask functions, loss, metric, schedule), so a saved
-`model.keras` loads with `keras.saving.load_model(path)` (safe mode on) after `import kmt`.
+`import kmt` is cheap: it imports neither Keras nor TensorFlow (which alone takes seconds), so a command that needs
+neither (kmt-plot, kmt-serve until it has opened its port, kmt-translate on a CTranslate2 directory) starts at
+once. It sees to two things for whenever they are imported, by this process's own code or by kmt's:
+
+- TensorFlow's native start-up lines are kept out of the output (`kmt._startup`), its device probe included;
+- kmt's Keras objects (layers, mask functions, loss, metric, schedule) are registered as soon as Keras is, so a
+  saved `model.keras` loads with `keras.saving.load_model(path)` (safe mode on) after `import kmt`.
+
+`kmt.build_transformer`, `kmt.build_lstm`, `kmt.layers`, `kmt.losses` and `kmt.schedule` import Keras when first
+used.
 """
 
+import importlib
+import importlib.abc
+import importlib.machinery
 import sys
 
 from kmt._startup import filtered_startup_logs
 
-with filtered_startup_logs():  # importing TensorFlow and finding its devices logs lines no user needs
-    import keras
+__version__ = "0.1.0"
 
+_LAZY = {"build_transformer": "kmt.model", "build_lstm": "kmt.lstm", "layers": "kmt.layers",
+         "losses": "kmt.losses", "schedule": "kmt.schedule"}
+_REGISTERING = ("kmt.layers", "kmt.losses", "kmt.schedule")  # the modules holding Keras serializables
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'kmt' has no attribute '{name}'")
+    module = importlib.import_module(_LAZY[name])
+    return module if _LAZY[name] == f"kmt.{name}" else getattr(module, name)
+
+
+def _started():
+    """Once TensorFlow is imported: its devices found (its device probe logs from a thread of its own, so the
+    filter stays on until the probe is done); once Keras is: kmt's objects registered."""
     if "tensorflow" in sys.modules:
         sys.modules["tensorflow"].config.list_physical_devices()
+    if "keras" in sys.modules:
+        for name in _REGISTERING:
+            importlib.import_module(name)  # a module part-way through its own import is left to finish it
 
-from kmt import layers, losses, schedule  # noqa: E402, F401  (registers the Keras serializables)
-from kmt.lstm import build_lstm  # noqa: E402, F401
-from kmt.model import build_transformer  # noqa: E402, F401
 
-__version__ = "0.1.0"
+class _QuietLoader(importlib.abc.Loader):
+    """Runs a module's own loader, then `_started()`, with TensorFlow's start-up lines filtered, around the
+    outermost of Keras's and TensorFlow's imports (each imports the other)."""
+
+    depth = 0
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __getattr__(self, name):  # the rest (resource readers, `is_package`, ...) is the module's own loader's
+        return getattr(self.loader, name)
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        if _QuietLoader.depth:
+            self.loader.exec_module(module)
+            return
+        _QuietLoader.depth += 1
+        try:
+            with filtered_startup_logs():
+                self.loader.exec_module(module)
+                _started()
+        finally:
+            _QuietLoader.depth -= 1
+
+
+class _StartupFinder(importlib.abc.MetaPathFinder):
+    """Finds `keras` and `tensorflow` as Python would, behind `_QuietLoader` (asked only until they are imported;
+    a `find_spec` that only asks whether one is installed imports nothing)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in ("keras", "tensorflow"):
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _QuietLoader(spec.loader)
+        return spec
+
+
+if {"keras", "tensorflow"} - set(sys.modules):
+    sys.meta_path.insert(0, _StartupFinder())
+if {"keras", "tensorflow"} & set(sys.modules):
+    with filtered_startup_logs():
+        _started()

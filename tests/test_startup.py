@@ -39,12 +39,23 @@ def test_tf_cpp_min_log_level_0_turns_the_filter_off(capfd, monkeypatch):
 
 
 def test_importing_kmt_and_running_tensorflow_prints_nothing():
-    """Run for real: with the filter off, this TensorFlow prints start-up lines the filter knows; with it on, none."""
-    script = "import kmt, tensorflow as tf; print(int(tf.constant(1) + 1))"
+    """Run for real: with the filter off, this TensorFlow prints start-up lines the filter knows; with it on, none.
+    Keras, imported with TensorFlow after kmt, knows kmt's layers (so a model.keras loads)."""
+    script = ("import kmt, tensorflow as tf, keras; print(int(tf.constant(1) + 1)); "
+              "print(keras.saving.get_registered_object('kmt>MultiHeadAttention').__name__)")
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"} | {"KERAS_BACKEND": "tensorflow"}
     shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                            env=env | {"TF_CPP_MIN_LOG_LEVEL": "0"})
     quiet = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
-    assert shown.returncode == quiet.returncode == 0 and shown.stdout == quiet.stdout == "2\n"
+    assert shown.returncode == quiet.returncode == 0 and shown.stdout == quiet.stdout == "2\nMultiHeadAttention\n"
     assert any(_STARTUP_NOISE.match(line) for line in shown.stderr.splitlines()), shown.stderr
     assert quiet.stderr == ""
+
+
+def test_importing_kmt_and_its_serving_and_translating_modules_imports_neither_keras_nor_tensorflow():
+    """TensorFlow (which imports Keras, JAX and matplotlib itself) takes seconds to import: kmt-serve opens its port
+    before it loads the model, and kmt-translate on a CTranslate2 directory never needs it."""
+    script = ("import sys, kmt, kmt.cli.serve, kmt.cli.translate, kmt.serving.app, kmt.inference.ctranslate2; "
+              "print(' '.join(sorted({'keras', 'tensorflow', 'matplotlib', 'jax'} & set(sys.modules))))")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout == "\n", result.stdout + result.stderr

@@ -24,7 +24,6 @@ import json
 from pathlib import Path
 
 from kmt.errors import KmtError
-from kmt.inference.lengths import decode_length
 from kmt.run_dir import read_json, write_atomically
 from kmt.special_ids import END_ID, PAD_ID
 from kmt.tokenizer import Vocabularies
@@ -136,6 +135,8 @@ class CT2Translator:
         settings, `max_length` (the most tokens a sentence's output may hold) to the model's. An empty row gives
         `[]`, 0.
         """
+        from kmt.inference.lengths import decode_length  # here: its module imports Keras, which this one does not need
+
         settings = self.settings
         beam_size = beam_size or settings["beam_size"]
         length_penalty = settings["length_penalty"] if length_penalty is None else length_penalty
