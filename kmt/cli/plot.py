@@ -20,11 +20,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from kmt.cli import console_script
 from kmt.cli.common import setup_logging
 from kmt.cli.errors import exit_on_user_error
 from kmt.errors import KmtError
 
 
+@console_script
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["positions"]:
