@@ -6,9 +6,11 @@ Importing kmt registers its Keras objects (layers, mask functions, loss, metric,
 
 import sys
 
+from kmt._missing_backend import backend_installed
 from kmt._startup import filtered_startup_logs
 
-with filtered_startup_logs():  # importing TensorFlow and finding its devices logs lines no user needs
+# Importing TensorFlow and finding its devices logs lines no user needs; a backend that is not installed is one line.
+with filtered_startup_logs(), backend_installed():
     import keras
 
     if "tensorflow" in sys.modules:

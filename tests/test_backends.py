@@ -120,3 +120,22 @@ def test_a_pytorch_run_from_prepared_data_resumes_averages_and_beam_searches(pre
     assert (run_dir / "checkpoints" / "average_last2.weights.h5").is_file() and (run_dir / "model.keras").is_file()
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert {"loss", "bleu"} <= set(metrics["val"]) and metrics["train"]["averaged_checkpoints"] == 2
+
+
+@pytest.mark.parametrize("backend, line", [
+    ("torch", 'error: KERAS_BACKEND=torch needs PyTorch, which is not installed: pip install "kmt[torch]" (for the '
+              "CPU-only build, first pip install torch from PyTorch's CPU index: docs/gpu.md)"),
+    ("jax", 'error: KERAS_BACKEND=jax needs JAX, which is not installed: pip install "jax[cpu]", or "kmt[jax-cuda]" '
+            "for CUDA 12 GPUs (docs/gpu.md)"),
+])
+def test_a_backend_that_is_not_installed_is_one_line_naming_what_to_install(tmp_path, backend, line):
+    # The library as where it was never installed: a package of its name on the path whose import fails as a
+    # missing module's does.
+    (tmp_path / backend).mkdir()
+    (tmp_path / backend / "__init__.py").write_text(
+        f"raise ModuleNotFoundError(\"No module named '{backend}'\", name={backend!r})\n")
+    run_dir = tmp_path / "run"
+    process, _, stderr = train_under(backend, f"hydra.run.dir={run_dir}",
+                                     env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    assert process.returncode == 1 and stderr.splitlines() == [line], stderr[-3000:]
+    assert not run_dir.exists()
