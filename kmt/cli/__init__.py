@@ -16,7 +16,8 @@ def console_script(main):
             try:
                 return main(*args, **kwargs)
             finally:  # also after a SystemExit (argparse's --help): what is still buffered meets the pipe here
-                sys.stdout.flush()
+                if sys.stdout is not None and not sys.stdout.closed:  # kmt-translate closes it when done
+                    sys.stdout.flush()
         except BrokenPipeError:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
