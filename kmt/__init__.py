@@ -4,10 +4,15 @@ Importing kmt registers its Keras objects (layers, mask functions, loss, metric,
 `model.keras` loads with `keras.saving.load_model(path)` (safe mode on) after `import kmt`.
 """
 
+import os
 import sys
 
-from kmt._missing_backend import backend_installed
-from kmt._startup import filtered_startup_logs
+# kmt's TensorFlow log level, unless the user set one, before Keras imports JAX where it is installed: JAX sets 1
+# otherwise, and the processes a sweep's launcher starts would inherit that and show TensorFlow's start-up lines.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from kmt._missing_backend import backend_installed  # noqa: E402
+from kmt._startup import filtered_startup_logs  # noqa: E402
 
 # Importing TensorFlow and finding its devices logs lines no user needs; a backend that is not installed is one line.
 with filtered_startup_logs(), backend_installed():
