@@ -4,7 +4,8 @@
 neither (kmt-plot, kmt-serve until it has opened its port, kmt-translate on a CTranslate2 directory) starts at
 once. It sees to two things for whenever they are imported, by this process's own code or by kmt's:
 
-- TensorFlow's native start-up lines are kept out of the output (`kmt._startup`), its device probe included;
+- TensorFlow's native start-up lines are kept out of the output (`kmt._startup`), its device probe included, and
+  a Keras backend that is not installed is one line naming what to install (`kmt._missing_backend`);
 - kmt's Keras objects (layers, mask functions, loss, metric, schedule) are registered as soon as Keras is, so a
   saved `model.keras` loads with `keras.saving.load_model(path)` (safe mode on) after `import kmt`.
 
@@ -15,9 +16,15 @@ used.
 import importlib
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 
-from kmt._startup import filtered_startup_logs
+# kmt's TensorFlow log level, unless the user set one, before Keras imports JAX where it is installed: JAX sets 1
+# otherwise, and the processes a sweep's launcher starts would inherit that and show TensorFlow's start-up lines.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from kmt._missing_backend import backend_installed  # noqa: E402
+from kmt._startup import filtered_startup_logs  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -64,7 +71,7 @@ class _QuietLoader(importlib.abc.Loader):
             return
         _QuietLoader.depth += 1
         try:
-            with filtered_startup_logs():
+            with filtered_startup_logs(), backend_installed():  # a backend not installed: one line
                 self.loader.exec_module(module)
                 _started()
         finally:

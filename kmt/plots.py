@@ -45,6 +45,19 @@ def read_history(run_dir):
     return columns
 
 
+def run_title(run_dir):
+    """The title kmt-train gives a run's `logs/curves.png`: the config's name and the run directory's, as
+    `dates: 2026-01-01_12-00-00`; "" for a directory without a readable config.yaml."""
+    from omegaconf import OmegaConf
+
+    run = RunDir(run_dir)
+    try:
+        name = OmegaConf.load(run.config).get("name")
+    except Exception:  # no config.yaml, or one that does not read: the curves are drawn without the title
+        return ""
+    return f"{name}: {run.root.resolve().name}" if name else ""
+
+
 def _logged(history, key):
     return any(value is not None for value in history.get(key, []))
 

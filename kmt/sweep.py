@@ -57,9 +57,10 @@ def summarize(sweep_dir):
         writer.writerows(rows)
 
     def cell(value):
-        return f"{value:.4g}" if isinstance(value, float) else str(value if value is not None else "")
+        text = f"{value:.4g}" if isinstance(value, float) else str(value if value is not None else "")
+        return text.replace("|", "\\|")  # sacreBLEU's signatures hold `|`, which would end the cell
 
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines = ["| " + " | ".join(map(cell, columns)) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |" for row in rows]
     (sweep_dir / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     shared = set.intersection(*(set(row["overrides"].split()) for row in rows)) if len(rows) > 1 else set()

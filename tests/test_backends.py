@@ -20,9 +20,12 @@ raise ImportError("no TensorFlow on this machine (a test's stand-in)")
 """
 
 
-def train_under(backend, *overrides, env=None, cwd=None):
-    """`python -m kmt.cli.train debug=smoke overrides...` under `backend`: `(process, stdout, stderr)`."""
+def train_under(backend, *overrides, env=None, cwd=None, optimized=False):
+    """`python -m kmt.cli.train debug=smoke overrides...` under `backend`: `(process, stdout, stderr)`. JAX compiles
+    at the level tests/conftest.py sets unless `optimized`, which leaves XLA's own, as users get it."""
     environment = os.environ | {"KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"} | (env or {})
+    if optimized:
+        environment.pop("JAX_DISABLE_MOST_OPTIMIZATIONS", None)
     process = subprocess.Popen([sys.executable, "-m", "kmt.cli.train", "debug=smoke", *overrides], cwd=cwd,
                                env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = process.communicate(timeout=600)
@@ -48,7 +51,7 @@ def jax_run(prepared_smoke, tmp_path_factory):
     process, _, stderr = train_under(
         "jax", "data=prepared", f"data.path={prepared_smoke}", "trainer.epochs=2", "trainer.average_last=2",
         f"hydra.run.dir={run_dir}", env={"PYTHONPATH": f"{fake}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-                                         "KMT_TEST_TF_ATTEMPTS": str(attempts)})
+                                         "KMT_TEST_TF_ATTEMPTS": str(attempts)}, optimized=True)
     assert process.returncode == 0, stderr[-3000:]
     return run_dir, process.pid, set(attempts.read_text().split()), stderr
 
@@ -73,17 +76,18 @@ def test_kmt_export_makes_the_saved_model_of_a_jax_run_where_tensorflow_is(jax_r
     run_dir = jax_run[0]
     result = run_cli("export", run_dir, "--average", "2", "--output", tmp_path / "export")
     assert result.returncode == 0, result.stderr[-3000:]
-    translated = run_cli("translate", tmp_path / "export", input="march 3, 2021\n12/25/1999\n")
+    translated = run_cli("translate", tmp_path / "export", input="march 3, 2021\n12/25/1999\n\n")
     assert translated.returncode == 0, translated.stderr[-3000:]
-    assert len(translated.stdout.splitlines()) == 2
+    lines = translated.stdout.split("\n")[:-1]
+    assert len(lines) == 3 and all(line.strip() for line in lines[:2]) and lines[2] == ""
 
 
 def test_a_jax_run_resumed_after_an_epoch_ends_with_the_uninterrupted_runs_losses(prepared_smoke, jax_run, tmp_path):
     run_dir = tmp_path / "run"
     common = ["data=prepared", f"data.path={prepared_smoke}", "trainer.average_last=2", f"hydra.run.dir={run_dir}",
               "trainer.export=false"]
-    for epochs in (1, 2):  # the second command resumes the first's run after its epoch
-        process, _, stderr = train_under("jax", *common, f"trainer.epochs={epochs}")
+    for epochs in (1, 2):  # the second command resumes the first's run after its epoch, compiled as jax_run was
+        process, _, stderr = train_under("jax", *common, f"trainer.epochs={epochs}", optimized=True)
         assert process.returncode == 0, stderr[-3000:]
     resumed, whole = history(run_dir), history(jax_run[0])
     for key in ("loss", "val_loss"):
@@ -120,3 +124,22 @@ def test_a_pytorch_run_from_prepared_data_resumes_averages_and_beam_searches(pre
     assert (run_dir / "checkpoints" / "average_last2.weights.h5").is_file() and (run_dir / "model.keras").is_file()
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert {"loss", "bleu"} <= set(metrics["val"]) and metrics["train"]["averaged_checkpoints"] == 2
+
+
+@pytest.mark.parametrize("backend, line", [
+    ("torch", 'error: KERAS_BACKEND=torch needs PyTorch, which is not installed: pip install "kmt[torch]" (for the '
+              "CPU-only build, first pip install torch from PyTorch's CPU index: docs/gpu.md)"),
+    ("jax", 'error: KERAS_BACKEND=jax needs JAX, which is not installed: pip install "jax[cpu]", or "kmt[jax-cuda]" '
+            "for CUDA 12 GPUs (docs/gpu.md)"),
+])
+def test_a_backend_that_is_not_installed_is_one_line_naming_what_to_install(tmp_path, backend, line):
+    # The library as where it was never installed: a package of its name on the path whose import fails as a
+    # missing module's does.
+    (tmp_path / backend).mkdir()
+    (tmp_path / backend / "__init__.py").write_text(
+        f"raise ModuleNotFoundError(\"No module named '{backend}'\", name={backend!r})\n")
+    run_dir = tmp_path / "run"
+    process, _, stderr = train_under(backend, f"hydra.run.dir={run_dir}",
+                                     env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    assert process.returncode == 1 and stderr.splitlines() == [line], stderr[-3000:]
+    assert not run_dir.exists()

@@ -319,3 +319,38 @@ def test_score_writes_log_probabilities_and_perplexity(smoke_run, tmp_path):
     assert alone.returncode == 0 and float(alone.stdout) == pytest.approx(sums[0], abs=1e-3)  # batch-independent
     mismatched = run_cli("score", smoke_run / "export", "--source", source, "--target", tmp_path / "one.tgt")
     assert mismatched.returncode == 2 and mismatched.stderr.count("\n") == 1 and "lines" in mismatched.stderr
+
+
+
+def _console_scripts():
+    """`{name: module}` of every console script pyproject.toml installs."""
+    import tomllib
+    from pathlib import Path
+
+    scripts = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"]["scripts"]
+    return {name: target.split(":") for name, target in scripts.items()}
+
+
+def test_every_console_script_ends_quietly_when_its_reader_stops_early():
+    import importlib
+
+    from kmt.cli import console_script
+
+    for module, function in _console_scripts().values():
+        main = getattr(importlib.import_module(module), function)
+        assert main.__code__ is console_script(print).__code__, module  # the wrapper the test below runs
+
+
+@pytest.mark.parametrize("script", ["kmt-train", "kmt-serve", "kmt-saved-model-cli"])  # Hydra's, argparse's, absl's
+def test_a_reader_that_stops_early_ends_a_console_script_quietly(script):
+    # `kmt-train --help | head`: the reader has closed the pipe by the time the help is written. stdout buffered, as
+    # a user's is (unbuffered, argparse drops the failed write itself).
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        result = subprocess.run([sys.executable, "-m", _console_scripts()[script][0], "--help"], stdout=write,
+                                stderr=subprocess.PIPE, text=True, timeout=120, env=env | {"TF_CPP_MIN_LOG_LEVEL": "3"})
+    finally:
+        os.close(write)
+    assert result.returncode == 1 and result.stderr == "", result.stderr[-2000:]

@@ -156,9 +156,12 @@ def test_kmt_train_model_lstm_trains_exports_and_translates(tmp_path):
     assert (run_dir / "export" / "saved_model.pb").exists() and (run_dir / "model.keras").exists()
     exported = run_cli("export", run_dir, "--average", "2", "--beam-size", "3", "--output", tmp_path / "beam")
     assert exported.returncode == 0, exported.stderr[-3000:]
+    outputs = {}
     for export in (run_dir / "export", tmp_path / "beam"):
-        translated = run_cli("translate", export, input="March 3, 2021\n1 Jan 1999\n")
+        translated = run_cli("translate", export, input="March 3, 2021\n1 Jan 1999\n\n")
         assert translated.returncode == 0, translated.stderr[-3000:]
-        assert len(translated.stdout.splitlines()) == 2
+        outputs[export.name] = translated.stdout.split("\n")[:-1]
+    for lines in outputs.values():  # a translation for each sentence, nothing for the empty line
+        assert len(lines) == 3 and all(line.strip() for line in lines[:2]) and lines[2] == ""
     refused = run_cli("export", run_dir, "--format", "ctranslate2", "--output", tmp_path / "ct2")
     assert refused.returncode != 0 and "converts Transformers only" in refused.stderr

@@ -1,10 +1,11 @@
 """Learning curves: history.csv read back per epoch, drawn one colour per run, and the kmt-plot command."""
 
 import csv
+import shutil
 
 import pytest
 
-from kmt.plots import _panels, draw_curves, plot_curves, read_history
+from kmt.plots import _panels, draw_curves, plot_curves, read_history, run_title
 from kmt.errors import KmtError
 from tests.helpers import pixels_of_color, refused, run_cli
 
@@ -93,11 +94,21 @@ def test_a_directory_without_history_is_a_clear_error(tmp_path):
         read_history(tmp_path)
 
 
-def test_kmt_plot_writes_into_the_run_and_fails_in_one_line(tmp_path):
-    run = _run(tmp_path, "run", _epochs(2))
+def test_kmt_plot_writes_into_the_run_and_fails_in_one_line(smoke_run, tmp_path):
+    # A copy of a real run: kmt-plot draws its curves.png again as kmt-train drew it, the title included.
+    import matplotlib.image
+    import numpy as np
+
+    run = tmp_path / smoke_run.name
+    for name in ("config.yaml", "logs/history.csv", "logs/curves.png"):
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(smoke_run / name, run / name)
+    drawn_by_train = matplotlib.image.imread(run / "logs" / "curves.png")
     result = run_cli("plot", run)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip() == str(run / "logs" / "curves.png") and (run / "logs" / "curves.png").is_file()
+    assert result.stdout.strip() == str(run / "logs" / "curves.png")
+    assert np.array_equal(matplotlib.image.imread(run / "logs" / "curves.png"), drawn_by_train)
+    assert run_title(run) == f"dates: {smoke_run.name}"
     missing = run_cli("plot", run, tmp_path / "nope", "--output", tmp_path / "both.png")
     assert missing.returncode == 2 and not (tmp_path / "both.png").exists()
     assert missing.stderr.strip().splitlines()[-1].startswith(f"error: {tmp_path / 'nope'}/logs/history.csv")

@@ -30,7 +30,7 @@ def parallel(directory, train=None):
 def test_kmt_prepare_writes_shards_an_index_the_text_and_meta_json_last(prepared_smoke):
     out = prepared_smoke
     meta = json.loads((out / "meta.json").read_text())
-    assert meta["format"] == "kmt-prepared/1" and meta["max_length"] == 48 and meta["id_dtype"] == "uint16"
+    assert meta["format"] == "kmt-prepared/1" and meta["max_length"] == 128 and meta["id_dtype"] == "uint16"
     assert {name: entry["pairs"] for name, entry in meta["splits"].items()} == {"train": 300, "val": 40, "test": 40}
     data = PreparedData(out)
     train = data.split("train")
@@ -65,7 +65,7 @@ def test_mismatched_streamed_files_and_a_missing_prepared_directory_are_one_line
 @pytest.mark.parametrize("args, message", [
     (["data=prepared"], "data=prepared needs data.path=DIR"),
     (["data=prepared", "data.path=/no/such/dir"], "/no/such/dir is not prepared data: it does not exist"),
-    (["model.max_length=40"], "was prepared with model.max_length=48; set model.max_length=48"),
+    (["model.max_length=40"], "was prepared with model.max_length=128; set model.max_length=128"),
 ])
 def test_training_from_prepared_data_refuses_mistakes_in_one_line(prepared_smoke, tmp_path, args, message):
     if "data=prepared" not in args:

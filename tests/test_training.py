@@ -12,6 +12,7 @@ import pytest
 from kmt.build import build_model, build_schedule, compile_model
 from kmt.checkpoints import init_source, load_run_model
 from kmt.config import validate
+from kmt.data.prepared import prepare_data
 from kmt.errors import ConfigError, DataError, KmtError
 from kmt.training import train
 from tests.helpers import compose_config, pixels_of_color, run_cli
@@ -343,6 +344,18 @@ def test_smoke_run_on_a_slice_of_a_real_corpus(tmp_path, data):
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert 0 < metrics["val"]["pairs"] <= 300 and 0 < metrics["test"]["pairs"] <= 300  # data.limit=300 (smoke)
     assert 0 <= metrics["test"]["bleu"] <= 100
+    kept = json.loads((tmp_path / "data" / "meta.json").read_text())["splits"]["train"]["pairs"]
+    assert 0.9 * cfg.data.limit <= kept <= cfg.data.limit  # the smoke trains on the corpus's sentences
+
+
+@pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
+def test_a_smoke_run_on_multi30k_keeps_nearly_all_its_pairs(tmp_path):
+    # debug=smoke's small vocabulary spells a caption nearly letter by letter: its model.max_length must hold them,
+    # with the tiny model of `kmt-train data=multi30k debug=smoke` as with a recipe's.
+    cfg = compose_config("data=multi30k", "data.download=false")
+    prepared = prepare_data(cfg, tmp_path)
+    kept = {name: len(prepared.split(name)) for name in prepared.names}
+    assert all(0.9 * cfg.data.limit <= pairs <= cfg.data.limit for pairs in kept.values()), kept
 
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")

@@ -20,6 +20,7 @@ import argparse
 import json
 from pathlib import Path
 
+from kmt.cli import console_script
 from kmt.cli.common import load_export, setup_logging
 from kmt.cli.errors import exit_on_user_error
 from kmt.data.sources import read_lines, read_parallel
@@ -79,6 +80,7 @@ def moses_language(args):
     raise DataError(f"cannot tell the target language from {named}: pass --lang, e.g. --lang en")
 
 
+@console_script
 def main(argv=None):
     args = parse_args(argv)
     setup_logging(args.verbose)

@@ -23,6 +23,7 @@ Examples:
 import argparse
 from pathlib import Path
 
+from kmt.cli import console_script
 from kmt.cli.common import setup_logging
 from kmt.cli.errors import exit_on_user_error
 
@@ -63,6 +64,7 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+@console_script
 def main(argv=None):
     args = parse_args(argv)
     setup_logging(verbose=True)

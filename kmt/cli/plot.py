@@ -20,11 +20,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from kmt.cli import console_script
 from kmt.cli.common import setup_logging
 from kmt.cli.errors import exit_on_user_error
 from kmt.errors import KmtError
 
 
+@console_script
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["positions"]:
@@ -35,7 +37,8 @@ def main(argv=None):
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="kmt-train run directories")
     parser.add_argument("--output", help="the PNG to write (default: RUN_DIR/logs/curves.png for one run, "
                                          "curves.png for several)")
-    parser.add_argument("--title", default="", help="a title above the panels")
+    parser.add_argument("--title", help="a title above the panels (default: for one run, the title kmt-train gives "
+                                        "its curves.png, the config's name and the run directory's)")
     parser.add_argument("--label", action="append", default=[], metavar="NAME",
                         help="the legend's name for a run, once per RUN_DIR in their order (default: the directory)")
     parser.add_argument("--from-epoch", type=int, default=1, metavar="N",
@@ -45,7 +48,7 @@ def main(argv=None):
     if args.from_epoch < 1:
         parser.error(f"--from-epoch must be positive. Received: {args.from_epoch}")
     setup_logging()
-    from kmt.plots import plot_curves, read_history
+    from kmt.plots import plot_curves, read_history, run_title
     from kmt.run_dir import RunDir
 
     with exit_on_user_error():
@@ -58,7 +61,10 @@ def main(argv=None):
             raise KmtError(f"two runs are both named {twice!r}; give each run its own --label")
         histories = {label: read_history(run) for label, run in zip(labels, args.run_dirs)}
         default = RunDir(args.run_dirs[0]).curves if len(args.run_dirs) == 1 else Path("curves.png")
-        print(plot_curves(histories, args.output or default, title=args.title, first_epoch=args.from_epoch))
+        title = args.title
+        if title is None:  # kmt-train's title, so that redrawing a run's curves.png keeps it
+            title = run_title(args.run_dirs[0]) if len(args.run_dirs) == 1 else ""
+        print(plot_curves(histories, args.output or default, title=title, first_epoch=args.from_epoch))
 
 
 def positions(argv):

@@ -10,6 +10,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 
+from kmt.cli import console_script  # noqa: E402
 from kmt.cli.configs import config_dir  # noqa: E402
 from kmt.cli.errors import check_overrides, exit_on_user_error  # noqa: E402
 from kmt.config import register_configs  # noqa: E402
@@ -41,6 +42,7 @@ def run(cfg):
         logger.info("train from it: kmt-train data=prepared data.path=%s", directory)
 
 
+@console_script
 def main():
     argv = sys.argv[1:]
     extra = ["hydra/help=kmt_prepare"]

@@ -13,7 +13,10 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from kmt.cli import console_script  # noqa: E402
 
+
+@console_script
 def main():
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops the graph uses)
     from tensorflow.python.tools import saved_model_cli

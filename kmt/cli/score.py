@@ -22,6 +22,7 @@ import argparse
 import math
 import sys
 
+from kmt.cli import console_script
 from kmt.cli.common import load_export, setup_logging
 from kmt.cli.errors import exit_on_user_error, fail
 from kmt.data.sources import read_parallel
@@ -59,6 +60,7 @@ def score_pairs(score, pairs, batch_size=64, progress=False):
                       progress=progress, verb="scored")
 
 
+@console_script
 def main(argv=None):
     args = parse_args(argv)
     setup_logging(args.verbose)

@@ -26,6 +26,7 @@ import logging
 import signal
 import socket
 
+from kmt.cli import console_script
 from kmt.cli.common import setup_logging
 from kmt.cli.errors import exit_on_user_error, fail
 
@@ -75,6 +76,7 @@ def parse_args(argv=None):
     return args
 
 
+@console_script
 def main(argv=None):
     args = parse_args(argv)
     setup_logging(verbose=True)

@@ -9,6 +9,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 
+from kmt.cli import console_script  # noqa: E402
 from kmt.cli.configs import config_dir  # noqa: E402
 from kmt.cli.errors import check_overrides, exit_on_user_error, quiet_tensorflow  # noqa: E402
 from kmt.config import register_configs  # noqa: E402
@@ -28,6 +29,7 @@ def run(cfg):
         return train(cfg, HydraConfig.get().runtime.output_dir)
 
 
+@console_script
 def main():
     check_overrides(config_dir(), "config", sys.argv[1:])
     run()

@@ -23,6 +23,7 @@ import os
 import sys
 from pathlib import Path
 
+from kmt.cli import console_script
 from kmt.cli.common import load_export, setup_logging
 from kmt.cli.errors import exit_on_user_error, fail
 from kmt.errors import KmtError
@@ -87,6 +88,7 @@ def read_lines(stream):
         yield raw.decode("utf-8", errors="replace").removesuffix("\n").removesuffix("\r")
 
 
+@console_script
 def main(argv=None):
     args = parse_args(argv)
     setup_logging(args.verbose)
