@@ -32,6 +32,8 @@ def run(cfg):
 @console_script
 def main():
     check_overrides(config_dir(), "config", sys.argv[1:])
+    import keras  # noqa: F401  (the backend, before Hydra's callbacks import it: one line if it is not installed)
+
     run()
 
 
