@@ -1,4 +1,5 @@
-"""End-to-end training: the real configs composed with debug=smoke, trained into tmp_path."""
+"""End-to-end training: the real configs composed with debug=smoke, trained into tmp_path, and one short real run that
+must learn."""
 
 import csv
 import json
@@ -51,6 +52,21 @@ def test_smoke_run_makes_every_file_and_resumes(smoke_run, tmp_path):
     vocabulary = (smoke_run / "tokenizer" / "joint.model").read_bytes()
     assert (run_dir / "tokenizer" / "joint.model").read_bytes() == vocabulary
     assert json.loads((run_dir / "metrics.json").read_text())["train"]["epochs"] == 3
+
+
+def test_kmt_train_learns_the_dates_task(tmp_path):
+    """The real command, not under debug=smoke: the default tiny model and Noam warm-up on 4,000 dates pairs, 4 short
+    epochs (492 updates), must translate a good share of the test dates exactly. A decoder that ignores the source,
+    or a pipeline that mislabels the targets, can get the ISO format's tokens right (a run stuck there was measured
+    at token accuracy 0.66) but next to no date exactly. Measured: test exact match 0.68 and 0.695, token accuracy
+    0.930 and 0.923 (seeds 1234 and 7); with optim.lr_scale=1e-6, which stops learning, far below both."""
+    run_dir = tmp_path / "run"
+    result = run_cli("train", "data.num_train=4000", "data.num_val=200", "data.num_test=200", "data.max_tokens=512",
+                     "trainer.epochs=4", "decode.beam_size=1", "trainer.export=false", f"hydra.run.dir={run_dir}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    test = json.loads((run_dir / "metrics.json").read_text())["test"]
+    assert test["pairs"] == 200
+    assert test["exact_match"] >= 0.4 and test["accuracy"] >= 0.85, test
 
 
 def test_fine_tuning_starts_from_another_runs_vocabulary_and_weights(smoke_run, tmp_path, caplog):
