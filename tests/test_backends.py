@@ -20,12 +20,9 @@ raise ImportError("no TensorFlow on this machine (a test's stand-in)")
 """
 
 
-def train_under(backend, *overrides, env=None, cwd=None, optimized=False):
-    """`python -m kmt.cli.train debug=smoke overrides...` under `backend`: `(process, stdout, stderr)`. JAX compiles
-    at the level tests/conftest.py sets unless `optimized`, which leaves XLA's own, as users get it."""
+def train_under(backend, *overrides, env=None, cwd=None):
+    """`python -m kmt.cli.train debug=smoke overrides...` under `backend`: `(process, stdout, stderr)`."""
     environment = os.environ | {"KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"} | (env or {})
-    if optimized:
-        environment.pop("JAX_DISABLE_MOST_OPTIMIZATIONS", None)
     process = subprocess.Popen([sys.executable, "-m", "kmt.cli.train", "debug=smoke", *overrides], cwd=cwd,
                                env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = process.communicate(timeout=600)
@@ -51,7 +48,7 @@ def jax_run(prepared_smoke, tmp_path_factory):
     process, _, stderr = train_under(
         "jax", "data=prepared", f"data.path={prepared_smoke}", "trainer.epochs=2", "trainer.average_last=2",
         f"hydra.run.dir={run_dir}", env={"PYTHONPATH": f"{fake}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-                                         "KMT_TEST_TF_ATTEMPTS": str(attempts)}, optimized=True)
+                                         "KMT_TEST_TF_ATTEMPTS": str(attempts)})
     assert process.returncode == 0, stderr[-3000:]
     return run_dir, process.pid, set(attempts.read_text().split()), stderr
 
@@ -86,8 +83,8 @@ def test_a_jax_run_resumed_after_an_epoch_ends_with_the_uninterrupted_runs_losse
     run_dir = tmp_path / "run"
     common = ["data=prepared", f"data.path={prepared_smoke}", "trainer.average_last=2", f"hydra.run.dir={run_dir}",
               "trainer.export=false"]
-    for epochs in (1, 2):  # the second command resumes the first's run after its epoch, compiled as jax_run was
-        process, _, stderr = train_under("jax", *common, f"trainer.epochs={epochs}", optimized=True)
+    for epochs in (1, 2):  # the second command resumes the first's run after its epoch
+        process, _, stderr = train_under("jax", *common, f"trainer.epochs={epochs}")
         assert process.returncode == 0, stderr[-3000:]
     resumed, whole = history(run_dir), history(jax_run[0])
     for key in ("loss", "val_loss"):

@@ -37,9 +37,11 @@ def test_memory_part_prepares_the_synthetic_corpus_with_a_reused_vocabulary():
     assert startup["pairs"] == 0 and sample["pairs"] == 400 and whole["pairs"] == 1500
     assert sample["vocabulary"] == "trained here" and whole["vocabulary"] == "reused from the sample"
     assert 0 < whole["kept"] <= 1500 and whole["shard_mib"] > sample["shard_mib"] > 0
-    # Measured in the prepare process itself, not inherited from the bench process that started it.
+    # Measured in the prepare process itself, not inherited from the bench process that started it (which holds
+    # TensorFlow): kmt-prepare's start-up imports no TensorFlow, preparing does.
+    assert 0 < startup["peak_mb"] < 300 < sample["peak_mb"]
     for row in report["memory"]["rows"]:
-        assert 100 < row["peak_mb"] < 4000 and row["under_1_gb"] == ("yes" if row["peak_mb"] < 1000 else "no")
+        assert row["peak_mb"] < 4000 and row["under_1_gb"] == ("yes" if row["peak_mb"] < 1000 else "no")
 
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")

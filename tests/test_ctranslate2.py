@@ -14,7 +14,7 @@ from kmt.checkpoints import load_run_model
 from kmt.cli import export as export_cli
 from kmt.cli import translate as translate_cli
 from kmt.data.dates import generate_date_pairs
-from kmt.inference.ctranslate2 import CT2Translator, export_ctranslate2
+from kmt.inference.ctranslate2 import CT2Translator, export_ctranslate2, pieces
 from kmt.inference.decoding import search_ids
 from kmt.model import build_transformer
 from kmt.special_ids import END_ID, PAD_ID
@@ -124,7 +124,7 @@ def test_the_pad_token_is_never_emitted(tmp_path):
     bias.assign(keras.ops.convert_to_numpy(bias) + 3.0 * (np.arange(bias.shape[0]) == PAD_ID))
     export_ctranslate2(model, vocabularies, SEARCH, tmp_path / "ct2")
     rows = vocabularies.source.encode(DATES)
-    source_pieces = ctranslate2_module.pieces(vocabularies.source)
+    source_pieces = pieces(vocabularies.source)
     unsuppressed = CT2Translator(tmp_path / "ct2").translator.translate_batch(
         [[source_pieces[i] for i in row] for row in rows if len(row)], beam_size=1, min_decoding_length=0,
         max_input_length=24, max_decoding_length=24)
