@@ -55,7 +55,12 @@ def run_title(run_dir):
         name = OmegaConf.load(run.config).get("name")
     except Exception:  # no config.yaml, or one that does not read: the curves are drawn without the title
         return ""
-    return f"{name}: {run.root.resolve().name}" if name else ""
+    return curves_title(name, run.root) if name else ""
+
+
+def curves_title(name, run_dir):
+    """A run's curves' title: its config's `name` and its directory's, as `dates: 2026-01-01_12-00-00`."""
+    return f"{name}: {Path(run_dir).resolve().name}"
 
 
 def _logged(history, key):

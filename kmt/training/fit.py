@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from kmt.errors import KmtError
 from kmt.inference.translate import translate_fn, translate_lines
-from kmt.plots import plot_curves, read_history
+from kmt.plots import curves_title, plot_curves, read_history
 from kmt.run_dir import write_atomically
 from kmt.training.checkpointing import EpochCheckpoint
 from kmt.training.control import DeferredInterrupt, EarlyStopping, LateDropout, StoppedEarly, TimeBudget
@@ -157,7 +157,7 @@ def draw_curves(cfg, run):
         return None
     history = read_history(run.root)
     logger.info("learning curves: %s", plot_curves({run.root.name: history}, run.curves,
-                                                   title=f"{cfg.name}: {run.root.name}"))
+                                                   title=curves_title(cfg.name, run.root)))
     return sum(seconds or 0.0 for seconds in history.get("epoch_seconds", []))
 
 
