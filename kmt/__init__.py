@@ -9,7 +9,7 @@ once. It sees to two things for whenever they are imported, by this process's ow
 - kmt's Keras objects (layers, mask functions, loss, metric, schedule) are registered as soon as Keras is, so a
   saved `model.keras` loads with `keras.saving.load_model(path)` (safe mode on) after `import kmt`.
 
-`kmt.build_transformer`, `kmt.build_lstm`, `kmt.layers`, `kmt.losses` and `kmt.schedule` import Keras when first
+`kmt.Transformer`, `kmt.LSTM`, `kmt.models`, `kmt.layers`, `kmt.losses` and `kmt.schedule` import Keras when first
 used.
 """
 
@@ -28,9 +28,10 @@ from kmt._startup import filtered_startup_logs  # noqa: E402
 
 __version__ = "0.1.0"
 
-_LAZY = {"build_transformer": "kmt.model", "build_lstm": "kmt.lstm", "layers": "kmt.layers",
-         "losses": "kmt.losses", "schedule": "kmt.schedule"}
-_REGISTERING = ("kmt.layers", "kmt.losses", "kmt.schedule")  # the modules holding Keras serializables
+_LAZY = {"Transformer": "kmt.models.transformer", "LSTM": "kmt.models.lstm", "models": "kmt.models",
+         "layers": "kmt.layers", "losses": "kmt.losses", "schedule": "kmt.schedule"}
+# The modules holding Keras serializables.
+_REGISTERING = ("kmt.layers", "kmt.losses", "kmt.schedule", "kmt.models.transformer", "kmt.models.lstm")
 
 
 def __getattr__(name):

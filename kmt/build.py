@@ -4,13 +4,12 @@
 import keras
 
 from kmt.losses import MaskedAccuracy, MaskedCrossEntropy, MaskedPerplexity
-from kmt.lstm import build_lstm
-from kmt.model import build_transformer
+from kmt.models import model_class
 from kmt.schedule import NoamSchedule
 
 
 def build_model(model_cfg, source_vocab_size, target_vocab_size, dtype_policy=None):
-    """A `build_transformer` model (or with `model.arch=lstm`, a `build_lstm` one) from `cfg.model` and the run's
+    """The model of `cfg.model`, of the class `model.arch` names (`kmt.models.model_class`), for the run's
     vocabulary sizes.
 
     `dtype_policy` (e.g. `"float32"`) builds this model under that policy instead of the global one, which is left
@@ -22,25 +21,7 @@ def build_model(model_cfg, source_vocab_size, target_vocab_size, dtype_policy=No
     if dtype_policy is not None:
         keras.config.set_dtype_policy(dtype_policy)
     try:
-        shared = dict(
-            vocab_size=source_vocab_size, target_vocab_size=target_vocab_size, num_layers=model_cfg.num_layers,
-            num_decoder_layers=model_cfg.num_decoder_layers, hidden_dim=model_cfg.hidden_dim,
-            dropout=model_cfg.dropout, max_length=model_cfg.max_length,
-            shared_embeddings=model_cfg.shared_embeddings, tied_output=model_cfg.tied_output,
-        )
-        if model_cfg.arch == "lstm":
-            return build_lstm(**shared, score=model_cfg.score)
-        return build_transformer(
-            **shared,
-            num_heads=model_cfg.num_heads,
-            intermediate_dim=model_cfg.intermediate_dim,
-            attention_dropout=model_cfg.attention_dropout,
-            activation_dropout=model_cfg.activation_dropout,
-            norm_first=model_cfg.norm_first,
-            learned_positions=model_cfg.learned_positions,
-            source_word_dropout=model_cfg.source_word_dropout,
-            target_word_dropout=model_cfg.target_word_dropout,
-        )
+        return model_class(model_cfg.arch).from_model_config(model_cfg, source_vocab_size, target_vocab_size)
     finally:
         keras.config.set_dtype_policy(previous)
 

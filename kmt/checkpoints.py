@@ -1,5 +1,5 @@
 """A run's checkpoints put to use: weights loaded with one-line errors, checkpoints averaged, a model rebuilt from a
-run directory, the source of a fine-tuning run."""
+run directory or loaded from its `model.keras`, the source of a fine-tuning run."""
 
 import logging
 from pathlib import Path
@@ -38,6 +38,29 @@ def load_run_model(run_dir, checkpoint="last"):
     except ValueError as error:
         raise KmtError(f"{path} does not fit the model of {run_dir}'s config.yaml ({str(error).splitlines()[0]}); "
                        "pass a checkpoint of this run") from None
+    return cfg, vocabularies, model
+
+
+def load_run_keras(run_dir):
+    """`(cfg, vocabularies, model)` of a run, the model loaded from its `model.keras`, uncompiled.
+
+    A `model.keras` saved before kmt's models were classes (`kmt.models`) holds a plain functional model, without
+    the decoding methods: the model is then rebuilt from the run's `config.yaml`, in float32, and takes that file's
+    weights, which Keras saves by layer name, the names the classes keep.
+    """
+    import keras
+
+    from kmt.build import build_model
+    from kmt.models import Seq2SeqModel
+    from kmt.tokenizer import Vocabularies
+
+    run = RunDir(run_dir)
+    cfg = run.read_config()
+    vocabularies = Vocabularies.load(run.tokenizer)
+    model = keras.saving.load_model(run.model, compile=False)
+    if not isinstance(model, Seq2SeqModel):
+        model = build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size, "float32")
+        model.load_weights(run.model)
     return cfg, vocabularies, model
 
 

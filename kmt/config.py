@@ -13,8 +13,8 @@ from typing import Optional
 from omegaconf import OmegaConf
 
 from kmt.errors import ConfigError
+from kmt.models.registry import model_archs
 
-ARCHS = ("transformer", "lstm")  # what model.arch may name
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 DATASETS = ("dates", "multi30k", "spa_eng", "parallel", "prepared")
 MONITORS = ("val_loss", "val_ppl", "val_accuracy", "val_bleu")  # what trainer.monitor may name
@@ -68,7 +68,7 @@ class DataConfig:
 class ModelConfig:
     arch: str = "transformer"  # transformer, or lstm: the recurrent baseline (bidirectional LSTM encoder, LSTM
     # decoder with Luong attention and input feeding; num_heads, intermediate_dim and the Transformer-only options
-    # below do not apply to it)
+    # below do not apply to it), or an architecture registered with kmt.models.register_model
     score: str = "general"  # arch=lstm: Luong's attention score, general (h W e) or dot (h . e)
     num_layers: int = 2  # encoder layers N (the paper's base: 6)
     num_decoder_layers: Optional[int] = None  # decoder layers; null means num_layers
@@ -206,7 +206,8 @@ def validate(cfg):
         unset = [f"data.{split}.{side}" for split in ("train", "val") for side in ("source", "target")
                  if not data[split][side]]
         _check(not unset, f"data=parallel needs file paths: set {', '.join(f'{key}=PATH' for key in unset)}")
-    _check(model.arch in ARCHS, f"model.arch must be one of {', '.join(ARCHS)}. Received: {model.arch!r}")
+    archs = model_archs()  # kmt.models' registry
+    _check(model.arch in archs, f"model.arch must be one of {', '.join(archs)}. Received: {model.arch!r}")
     _check(model.score in ("general", "dot"), f"model.score must be general or dot. Received: {model.score!r}")
     _check(model.arch != "lstm" or model.hidden_dim % 2 == 0,
            f"model.arch=lstm needs an even model.hidden_dim (half a direction). Received: {model.hidden_dim}")

@@ -26,7 +26,6 @@ from keras import ops
 from kmt.errors import KmtError
 from kmt.inference.decoding import search_ids
 from kmt.layers.masks import target_attention_mask
-from kmt.model import transformer_parts
 from kmt.run_dir import RunDir
 from kmt.special_ids import END_ID, START_ID
 
@@ -142,17 +141,17 @@ def draw_curves(histories, title="", first_epoch=1):
 def cross_attention_weights(model, source_ids, output_ids):
     """Teacher-forced pass over one sentence pair: a list (one per decoder layer) of `(H, T, S)` weights.
 
-    `source_ids` and `output_ids` are 1-D int sequences without start/end tokens; row t of each map is the
-    attention of the step that predicted `output_ids[t]` (and the final row, the end token).
+    `model` is a `kmt.models.Transformer` (its decoder layers' cross-attention); `source_ids` and `output_ids` are
+    1-D int sequences without start/end tokens; row t of each map is the attention of the step that predicted
+    `output_ids[t]` (and the final row, the end token).
     """
-    parts = transformer_parts(model)
     source = ops.convert_to_tensor([list(source_ids)], "int32")  # (1, S)
     target_in = ops.convert_to_tensor([[START_ID, *output_ids]], "int32")  # (1, T)
-    encoder_outputs, source_mask = parts.encode(source)
-    states = parts.target_embedding(target_in)
+    encoder_outputs, source_mask = model.encode(source)
+    states = model.target_embedding(target_in)
     self_mask = target_attention_mask(target_in)
     maps = []
-    for layer in parts.decoder_layers:
+    for layer in model.decoder_layers:
         states, weights = layer(states, encoder_outputs, self_attention_mask=self_mask,
                                 cross_attention_mask=source_mask, return_attention_scores=True)
         maps.append(ops.convert_to_numpy(weights)[0])  # (H, T, S)
@@ -188,7 +187,7 @@ def save_attention_plots(model, vocabularies, sentences, directory, max_length=N
     """Greedy-translates each sentence and writes `attention_<i>.png` into `directory`; returns the paths."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    max_length = max_length or transformer_parts(model).source_embedding.max_length
+    max_length = max_length or model.max_length
     paths = []
     for i, sentence in enumerate(sentences):
         source_ids = vocabularies.source.tokenize([sentence]).to_list()[0][:max_length]

@@ -15,10 +15,9 @@ if keras.backend.backend() != "tensorflow":
 
 import kmt  # noqa: E402,F401  (registers kmt's layers for loading)
 from kmt.inference.translator import build_translator  # noqa: E402
-from kmt.checkpoints import load_run_model  # noqa: E402
+from kmt.checkpoints import load_run_keras, load_run_model  # noqa: E402
 from kmt.cli.common import load_export  # noqa: E402
 from kmt.inference.decoding import search_ids  # noqa: E402
-from kmt.tokenizer import Vocabularies  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "fixtures" / "pre57"
 RECORD = json.loads((FIXTURE / "translations.json").read_text(encoding="utf-8"))
@@ -51,8 +50,7 @@ def translate(model, vocabularies, beam_size):
 
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_model_keras_translates_as_before(run, beam_size):
-    model = keras.saving.load_model(run / "model.keras", compile=False)
-    vocabularies = Vocabularies.load(run / "tokenizer")
+    _, vocabularies, model = load_run_keras(run)  # a plain functional model in the file: rebuilt, its weights loaded
     assert_same(RECORD[f"model_keras_beam{beam_size}"], *translate(model, vocabularies, beam_size))
     recorded = RECORD[f"ids_beam{beam_size}"]
     tokens, scores = search_ids(model, np.array(recorded["source"], "int32"), beam_size=beam_size)

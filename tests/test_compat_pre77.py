@@ -16,7 +16,7 @@ if keras.backend.backend() != "tensorflow":
 
 import kmt  # noqa: E402,F401  (registers kmt's layers for loading)
 from kmt.build import build_model, build_schedule, compile_model  # noqa: E402
-from kmt.checkpoints import load_run_model  # noqa: E402
+from kmt.checkpoints import load_run_keras, load_run_model  # noqa: E402
 from kmt.inference.decoding import search_ids  # noqa: E402
 from kmt.inference.translator import build_translator  # noqa: E402
 from kmt.run_dir import RunDir  # noqa: E402
@@ -52,14 +52,9 @@ def translate(model, vocabularies, beam_size):
     return [t.decode() for t in outputs["translation"].numpy()], outputs["score"].numpy()
 
 
-def load_model_keras(directory):
-    return keras.saving.load_model(directory / "model.keras", compile=False)
-
-
 def test_model_keras_translates_as_before(run):
     arch, directory = run
-    model = load_model_keras(directory)
-    vocabularies = Vocabularies.load(directory / "tokenizer")
+    _, vocabularies, model = load_run_keras(directory)  # a plain functional model in the file: rebuilt, its weights
     for beam_size in (1, 3):
         assert_same(RECORD[f"{arch}_model_keras_beam{beam_size}"], *translate(model, vocabularies, beam_size))
         recorded = RECORD[f"{arch}_ids_beam{beam_size}"]

@@ -164,14 +164,11 @@ def plot_attention(run_dir, sentences, directory):
         run = RunDir(run_dir)
         if not run.model.is_file() or not run.tokenizer.is_dir():
             raise KmtError(f"--attention-plots needs {run.model} and {run.tokenizer}")
-        import keras
-
-        import kmt  # noqa: F401  (registers kmt's layers for loading)
-        from kmt.tokenizer import Vocabularies
+        from kmt.checkpoints import load_run_keras
         from kmt.plots import save_attention_plots
 
-        model = keras.saving.load_model(run.model, compile=False)
-        paths = save_attention_plots(model, Vocabularies.load(run.tokenizer), sentences, directory)
+        _, vocabularies, model = load_run_keras(run_dir)
+        paths = save_attention_plots(model, vocabularies, sentences, directory)
         print(f"wrote {len(paths)} attention plots to {directory}", file=sys.stderr)
 
 

@@ -1,4 +1,4 @@
-"""`KmtConverter`: a `build_transformer` model as a CTranslate2 `TransformerSpec` (CTranslate2's `Converter` API).
+"""`KmtConverter`: a `kmt.models.Transformer` as a CTranslate2 `TransformerSpec` (CTranslate2's `Converter` API).
 
 Imported only once `ctranslate2` is known to be installed (`kmt.inference.ctranslate2.export_ctranslate2`).
 
@@ -27,7 +27,8 @@ from keras import ops
 
 from kmt.inference.ctranslate2 import pieces
 from kmt.layers.embedding import positional_encoding
-from kmt.model import transformer_parts
+from kmt.errors import KmtError
+from kmt.models.transformer import Transformer
 from kmt.special_ids import END_ID, START_ID, UNK_ID
 
 
@@ -36,11 +37,11 @@ def _array(variable):
 
 
 class KmtConverter(Converter):
-    """Converts a `build_transformer` model (float32 weights) and its `Vocabularies` to a CTranslate2 model:
+    """Converts a `kmt.models.Transformer` (float32 weights) and its `Vocabularies` to a CTranslate2 model:
     `KmtConverter(model, vocabularies).convert(output_dir, quantization="int8")`.
 
     Args:
-        model: a `kmt.model.build_transformer` model.
+        model: a `kmt.models.Transformer`.
         vocabularies: the run's `kmt.tokenizer.Vocabularies`.
     """
 
@@ -49,7 +50,9 @@ class KmtConverter(Converter):
         self.vocabularies = vocabularies
 
     def _load(self):
-        parts = transformer_parts(self.model)
+        parts = self.model
+        if not isinstance(parts, Transformer):  # CTranslate2's TransformerSpec holds a Transformer only
+            raise KmtError(f"a CTranslate2 export needs a Transformer; this model is a {type(parts).__name__}")
         first = parts.encoder_layers[0]
         pre_norm = bool(first.norm_first)
         encoder = transformer_spec.TransformerEncoderSpec(len(parts.encoder_layers), first.num_heads,

@@ -50,11 +50,11 @@ def is_ctranslate2_dir(path):
 
 
 def export_ctranslate2(model, vocabularies, decode_cfg, output, quantization=None):
-    """Writes `model` (a float32 `build_transformer` model), its vocabularies and `decode_cfg`'s search settings as
+    """Writes `model` (a float32 `kmt.models.Transformer`), its vocabularies and `decode_cfg`'s search settings as
     a CTranslate2 model directory at `output`, replacing what was there only once the new one is complete.
 
     Args:
-        model: a `kmt.model.build_transformer` model.
+        model: a `kmt.models.Transformer`.
         vocabularies: the run's `kmt.tokenizer.Vocabularies`.
         decode_cfg: the run's `decode` settings (`beam_size`, `length_penalty`, `max_length_a`, `max_length_b`).
         output: the directory to write.
@@ -68,10 +68,9 @@ def export_ctranslate2(model, vocabularies, decode_cfg, output, quantization=Non
                        "for float32)")
     require_ctranslate2()
     from kmt.inference.ct2_converter import KmtConverter
-    from kmt.model import transformer_parts
 
     settings = {key: decode_cfg[key] for key in SEARCH_KEYS}
-    settings["max_length"] = transformer_parts(model).max_length
+    settings["max_length"] = model.max_length
 
     def write(partial):
         KmtConverter(model, vocabularies).convert(str(partial), quantization=quantization, force=True)

@@ -3,8 +3,8 @@
 vocabulary searches as one ensemble (`kmt.inference.ensemble`).
 
 Example:
->>> from kmt.model import build_transformer
->>> model = build_transformer(vocab_size=20, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32)
+>>> from kmt.models import Transformer
+>>> model = Transformer(vocab_size=20, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32)
 >>> tokens, scores = search_ids(model, keras.ops.ones((2, 5), dtype="int32"), beam_size=3)
 >>> tuple(tokens.shape)  # (B, min(256, ceil(1.5 * 5 + 10)))
 (2, 18)
@@ -16,7 +16,7 @@ from keras import ops
 from kmt.inference.ensemble import ensemble_members, ensemble_next_fn
 from kmt.inference.lengths import decode_length, decode_lengths, max_length_of
 from kmt.inference.search import beam_search, expand_to_beams, greedy_search, sample_search
-from kmt.inference.steps import cached_next_fn, decoding_parts, uncached_next_fn
+from kmt.inference.steps import cached_next_fn, uncached_next_fn
 from kmt.special_ids import END_ID, PAD_ID, START_ID
 
 
@@ -49,8 +49,7 @@ def search_ids(
     reached its own limit.
 
     Args:
-        model: a `build_transformer` or `build_lstm` model, or a list of them sharing one vocabulary: an ensemble, whose search
-            scores each next token by the mean of the models' probabilities (`ensemble_next_fn`).
+        model: a `kmt.models.Seq2SeqModel`, or a list of them sharing one vocabulary: an ensemble, whose search scores each next token by the mean of the models' probabilities (`ensemble_next_fn`).
         source: int `(B, S)` source ids, pad 0.
         beam_size: int K; 1 is greedy search. Defaults to `1`.
         length_penalty: float alpha of the GNMT penalty (beam search only). Defaults to `0.6`.
@@ -88,7 +87,7 @@ def search_ids(
     make_next_fn = cached_next_fn if use_cache else uncached_next_fn
     next_fns, states = [], []
     for member in models:
-        encoder_outputs, source_mask = decoding_parts(member).encode(source)
+        encoder_outputs, source_mask = member.encode(source)
         if beam_size > 1:
             encoder_outputs, source_mask = expand_to_beams((encoder_outputs, source_mask), beam_size)
         member_fn, member_state = make_next_fn(member, encoder_outputs, source_mask, limit)

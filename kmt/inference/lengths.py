@@ -5,16 +5,15 @@ import math
 
 from keras import ops
 
-from kmt.inference.steps import decoding_parts
 from kmt.layers.masks import padding_mask
 
 
 def max_length_of(models, max_length=None):
-    """The caller's `max_length`, else the shortest `max_length` of the models (`decoding_parts`) (None when one
+    """The caller's `max_length`, else the shortest `max_length` of the models (None when one
     has none)."""
     if max_length:
         return max_length
-    lengths = [decoding_parts(model).max_length for model in models]
+    lengths = [model.max_length for model in models]
     return min(lengths) if all(lengths) else None
 
 

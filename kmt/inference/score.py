@@ -14,7 +14,7 @@ def score_ids(model, source, target, *, start_id=START_ID, end_id=END_ID, pad_id
     an n-best list with another model, or a test set's perplexity.
 
     Args:
-        model: a `build_transformer` model, or a list of them sharing one vocabulary: an ensemble, whose
+        model: a `kmt.models.Seq2SeqModel`, or a list of them sharing one vocabulary: an ensemble, whose
             probability of a token is the mean of the models' (as in `kmt.inference.decoding.search_ids`).
         source: int `(B, S)` source ids, pad 0.
         target: int `(B, T)` target ids WITHOUT start and end tokens, pad after each sentence's last token;

@@ -83,9 +83,8 @@ def translate_fn(model, vocabularies, decode_cfg, beam_size=None):
     import numpy as np
 
     from kmt.inference.decoding import search_ids
-    from kmt.inference.steps import decoding_parts
 
-    max_length = decoding_parts(model).max_length
+    max_length = model.max_length
     search = dict(beam_size=beam_size or decode_cfg.beam_size, length_penalty=decode_cfg.length_penalty,
                   max_length_a=decode_cfg.max_length_a, max_length_b=decode_cfg.max_length_b,
                   sampling_topk=decode_cfg.sampling_topk if beam_size is None else 1,

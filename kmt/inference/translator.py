@@ -25,7 +25,6 @@ import tensorflow as tf
 from kmt.inference.decoding import search_ids
 from kmt.inference.ensemble import ensemble_members
 from kmt.inference.score import score_ids
-from kmt.inference.steps import decoding_parts
 from kmt.special_ids import PAD_ID
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
@@ -76,7 +75,7 @@ class Translator(tf.Module):
             length_penalty=length_penalty,
             max_length_a=max_length_a,
             max_length_b=max_length_b,
-            max_length=max_length or min(decoding_parts(member).max_length for member in models),
+            max_length=max_length or min(member.max_length for member in models),
             use_cache=use_cache,
             sampling_topk=sampling_topk,
             sampling_temperature=sampling_temperature,

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import keras
 
-from kmt.model import residual_dropouts, set_residual_dropout
 from kmt.run_dir import Checkpoints
 
 logger = logging.getLogger(__name__)
@@ -131,10 +130,10 @@ class LateDropout(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         if epoch < self.after:
             return
-        before = residual_dropouts(self.model)[0].rate  # they are built at one rate and only ever set together
+        before = self.model.residual_dropouts()[0].rate  # they are built at one rate and only ever set together
         if before == self.rate:
             return
-        count = set_residual_dropout(self.model, self.rate)
+        count = self.model.set_residual_dropout(self.rate)
         self.model.make_train_function(force=True)
         logger.info("late dropout: residual and embedding dropout %g -> %g from epoch %d (%d layers)", before,
                     self.rate, epoch + 1, count)
