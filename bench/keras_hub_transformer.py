@@ -1,5 +1,5 @@
 """The keras-hub reference for bench/train_throughput.py: the paper's encoder-decoder assembled from keras-hub's
-`TransformerEncoder` and `TransformerDecoder` layers, with the same inputs and outputs as `kmt.build_transformer`.
+`TransformerEncoder` and `TransformerDecoder` layers, with the same inputs and outputs as `kmt.Transformer`.
 
 Post-norm (`normalize_first=False`), dropout on residuals, embeddings and attention weights. One token embedding
 serves source and target (a joint vocabulary, as in kmt); the pre-softmax projection is a separate `Dense`

@@ -123,7 +123,7 @@ def training_flops(batch_size, source_length, target_length, num_layers, hidden_
 
 
 def lstm_flops(batch_size, source_length, target_length, num_layers, hidden_dim, vocab_size):
-    """`training_flops` for `build_lstm` (2 FLOPs a multiply-accumulate, 3 x forward). Per source token, each
+    """`training_flops` for `kmt.models.LSTM` (2 FLOPs a multiply-accumulate, 3 x forward). Per source token, each
     bidirectional layer's two LSTMs of D/2 units read D features (4 gates: 2 * 4 * D/2 * (D + D/2) = 6*D^2 MACs) and
     the "general" score's W_a e_s adds D^2; per target token the first decoder LSTM reads [y; h~] (12*D^2), the others
     h (8*D^2 each), attention scores and context take 2*S*D, the combination W_c [c; h] 2*D^2 and the output D*V.
@@ -231,15 +231,14 @@ def build_runners(args, sizes, batches):
     if "kmt" in args.frameworks or "keras_hub" in args.frameworks:
         data = keras_dataset(batches)
     if "kmt" in args.frameworks:
-        from kmt.lstm import build_lstm
-        from kmt.model import build_transformer
+        from kmt.models import LSTM, Transformer
 
         for variant in [""] + args.kmt_variants:
             switches = variant.split("+")
             if variant == "lstm":
                 keras.config.set_dtype_policy(args.precision)
-                model = build_lstm(args.vocab, num_layers=LSTM_LAYERS, hidden_dim=sizes["hidden_dim"],
-                                   dropout=args.dropout, max_length=max_length, name="kmt_lstm")
+                model = LSTM(args.vocab, num_layers=LSTM_LAYERS, hidden_dim=sizes["hidden_dim"],
+                             dropout=args.dropout, max_length=max_length, name="kmt_lstm")
                 flops = lstm_flops(args.batch_size, args.length, args.length, LSTM_LAYERS, sizes["hidden_dim"],
                                    args.vocab)
                 runners.append(keras_runner("kmt+lstm", model, data, sizes["hidden_dim"], args.jit_compile,
@@ -247,8 +246,8 @@ def build_runners(args, sizes, batches):
                 continue
             keras.config.set_dtype_policy("mixed_bfloat16" if "bf16" in switches else args.precision)
             # Attention-weight dropout as in the references; no dropout after the feed-forward ReLU, as in keras-hub.
-            model = build_transformer(args.vocab, **sizes, dropout=args.dropout, attention_dropout=args.dropout,
-                                      max_length=max_length, name="kmt_transformer")
+            model = Transformer(args.vocab, **sizes, dropout=args.dropout, attention_dropout=args.dropout,
+                                max_length=max_length, name="kmt_transformer")
             name = f"kmt+{variant}" if variant else "kmt"
             jit_compile = args.jit_compile or "xla" in switches
             runners.append(keras_runner(name, model, data, sizes["hidden_dim"], jit_compile, tied=True,

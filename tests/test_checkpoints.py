@@ -1,11 +1,11 @@
 import numpy as np
 
 from kmt.checkpoints import average_checkpoints, early_averaging_warning
-from kmt.model import build_transformer
+from kmt.models import Transformer
 
 
 def test_average_is_the_element_wise_mean(tmp_path):
-    model = build_transformer(vocab_size=11, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16)
+    model = Transformer(vocab_size=11, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16)
     weights = []
     for i in range(3):
         values = [np.full(w.shape, float(i + 1), "float32") for w in model.get_weights()]

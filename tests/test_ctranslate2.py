@@ -16,7 +16,7 @@ from kmt.cli import translate as translate_cli
 from kmt.data.dates import generate_date_pairs
 from kmt.inference.ctranslate2 import CT2Translator, export_ctranslate2, pieces
 from kmt.inference.decoding import search_ids
-from kmt.model import build_transformer
+from kmt.models import Transformer
 from kmt.special_ids import END_ID, PAD_ID
 from kmt.tokenizer import Vocabularies
 from tests.helpers import refused, run_cli
@@ -33,7 +33,7 @@ SEARCH = {"beam_size": 1, "length_penalty": 0.6, "max_length_a": 1.5, "max_lengt
 def kmt_search(model, rows, max_length_a, max_length_b, beam_size=1, length_penalty=0.0):
     """kmt's own search (what the SavedModel runs) on rows of ids: a list of id lists, end token and pad dropped,
     and the scores."""
-    max_length = model.transformer_parts.max_length
+    max_length = model.max_length
     rows = [row[:max_length] for row in rows]
     source = np.full((len(rows), max(1, *map(len, rows))), PAD_ID, np.int32)
     for i, row in enumerate(rows):
@@ -103,8 +103,8 @@ def test_other_model_shapes_convert(shape, tmp_path):
     pairs = generate_date_pairs(300, seed=0)
     joint = shape.get("shared_embeddings", True)
     vocabularies = Vocabularies.train([s for s, _ in pairs], [t for _, t in pairs], joint=joint, vocab_size=300)
-    model = build_transformer(vocabularies.source.vocab_size, target_vocab_size=vocabularies.target.vocab_size,
-                              num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, max_length=24, **shape)
+    model = Transformer(vocabularies.source.vocab_size, target_vocab_size=vocabularies.target.vocab_size,
+                        num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, max_length=24, **shape)
     assert_same_greedy(model, vocabularies, DATES, tmp_path / "ct2")
     names = set(os.listdir(tmp_path / "ct2"))
     assert ({"joint.model", "shared_vocabulary.json"} if joint else
@@ -118,9 +118,9 @@ def test_the_pad_token_is_never_emitted(tmp_path):
     keras.utils.set_random_seed(2)
     pairs = generate_date_pairs(300, seed=0)
     vocabularies = Vocabularies.train([s for s, _ in pairs], [t for _, t in pairs], joint=True, vocab_size=300)
-    model = build_transformer(vocabularies.source.vocab_size, num_layers=1, hidden_dim=16, num_heads=2,
-                              intermediate_dim=32, max_length=24, tied_output=False)
-    bias = model.transformer_parts.output_projection.bias
+    model = Transformer(vocabularies.source.vocab_size, num_layers=1, hidden_dim=16, num_heads=2,
+                        intermediate_dim=32, max_length=24, tied_output=False)
+    bias = model.output_projection.bias
     bias.assign(keras.ops.convert_to_numpy(bias) + 3.0 * (np.arange(bias.shape[0]) == PAD_ID))
     export_ctranslate2(model, vocabularies, SEARCH, tmp_path / "ct2")
     rows = vocabularies.source.encode(DATES)

@@ -12,7 +12,6 @@ from kmt.inference.decoding import search_ids
 from kmt.inference.lengths import decode_lengths
 from kmt.inference.search import beam_search, expand_to_beams, greedy_search
 from kmt.inference.steps import cached_next_fn
-from kmt.model import transformer_parts
 from tests.tiny_transformers import END, PAD, SOURCE, UNTIED_PRE_NORM, random_model, to_numpy
 
 
@@ -32,7 +31,7 @@ def test_cached_and_uncached_decoding_agree(beam_size):
 
 def test_beam_size_one_equals_greedy_on_a_model():
     model = random_model()
-    encoder_outputs, source_mask = transformer_parts(model).encode(ops.convert_to_tensor(SOURCE))
+    encoder_outputs, source_mask = model.encode(ops.convert_to_tensor(SOURCE))
     next_fn, state = cached_next_fn(model, encoder_outputs, source_mask, 9)
     greedy, _ = greedy_search(next_fn, state, 3, 9)
     beam, _ = beam_search(next_fn, expand_to_beams(state, 1), 3, 9, beam_size=1)

@@ -15,7 +15,7 @@ from kmt.inference.decoding import search_ids
 from kmt.inference.export import export_translator
 from kmt.inference.score import score_ids
 from kmt.inference.translator import Translator
-from kmt.model import build_transformer
+from kmt.models import Transformer
 from kmt.tokenizer import Vocabularies
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="SavedModels need TensorFlow")
@@ -27,7 +27,7 @@ SENTENCES = ["Tuesday, March 5, 1996", "", "   ", "the 1st of june 2031", "x" * 
 def model_and_vocabularies():
     pairs = generate_date_pairs(300, seed=0)
     vocabularies = Vocabularies.train([s for s, _ in pairs], [t for _, t in pairs], joint=True, vocab_size=320)
-    model = build_transformer(
+    model = Transformer(
         vocabularies.source.vocab_size, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, max_length=24
     )
     return model, vocabularies
@@ -169,7 +169,7 @@ def test_an_ensemble_export_decodes_and_scores_with_every_model(model_and_vocabu
     """A SavedModel of two models: it holds both models' weights, translates as `search_ids` does over the
     ensemble (in process and after a reload in a fresh process) and scores as `score_ids` does."""
     model, vocabularies = model_and_vocabularies
-    other = build_transformer(
+    other = Transformer(
         vocabularies.source.vocab_size, num_layers=2, hidden_dim=24, num_heads=2, intermediate_dim=32, max_length=20
     )
     rng = np.random.default_rng(7)  # not keras.utils.set_random_seed: it would delete the tokenizers' resources

@@ -11,7 +11,7 @@ import pytest
 
 from kmt.inference.export import export_translator
 from kmt.inference.translator import Translator
-from kmt.model import build_transformer
+from kmt.models import Transformer
 from kmt.tokenizer import Vocabularies, train_tokenizer
 
 SENTENCES = ["Tuesday, March 5, 1996", "1996-03-05", "Friday, June 14, 2002", "2002-06-14", "7 May 1971", "1971-05-07"]
@@ -47,8 +47,8 @@ def test_export_loads_with_tf2_and_tf1_session_loaders(tmp_path, beam_size):
     tokenizer = train_tokenizer(SENTENCES * 20, vocab_size=48, byte_fallback=False)
     vocabularies = Vocabularies(tokenizer, tokenizer)
     # Dropout > 0 so the model also holds seed-generator variables that decoding never reads.
-    model = build_transformer(tokenizer.vocab_size, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32,
-                              dropout=0.1, max_length=24)
+    model = Transformer(tokenizer.vocab_size, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32,
+                        dropout=0.1, max_length=24)
     translator = Translator(model, vocabularies, beam_size=beam_size)
     expected = translator.translate(np.array(INPUTS, dtype=object))
     expected = {"translation": [t.decode("utf-8") for t in expected["translation"].numpy()],

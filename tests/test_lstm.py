@@ -1,4 +1,4 @@
-"""The recurrent baseline (`kmt.lstm`, `kmt.layers.recurrent`) at tiny sizes, as tests/test_model.py checks the
+"""The recurrent baseline (`kmt.models.LSTM`, `kmt.layers.recurrent`) at tiny sizes, as tests/test_model.py checks the
 Transformer, plus its decoding through the same search and an end-to-end `kmt-train model=lstm` run."""
 
 import os
@@ -11,11 +11,10 @@ import pytest
 from keras import ops
 
 from kmt.inference.decoding import search_ids
-from kmt.inference.steps import cached_next_fn, decoding_parts, uncached_next_fn
+from kmt.inference.steps import cached_next_fn, uncached_next_fn
 from kmt.losses import MaskedAccuracy, MaskedCrossEntropy
 from kmt.layers import Dropout
-from kmt.lstm import LSTMParts, build_lstm
-from kmt.model import residual_dropouts, set_residual_dropout
+from kmt.models import LSTM, Seq2SeqModel
 from kmt.special_ids import END_ID, START_ID
 from tests.helpers import model_inputs, model_logits, token_batch
 
@@ -30,27 +29,27 @@ def batch():
 @pytest.mark.parametrize("options", [{}, {"shared_embeddings": False, "tied_output": False, "score": "dot"}])
 def test_logits_shape_and_dtype(batch, options):
     sizes = {"target_vocab_size": 29} if options else {}
-    model = build_lstm(**TINY, **options, **sizes)
+    model = LSTM(**TINY, **options, **sizes)
     logits = model(model_inputs(*batch), training=False)
     assert tuple(logits.shape) == (3, 6, sizes.get("target_vocab_size", 23)) and logits.dtype == "float32"
-    assert isinstance(decoding_parts(model), LSTMParts)
+    assert isinstance(model, Seq2SeqModel)
 
 
 def test_tied_embeddings_are_one_matrix():
-    model = build_lstm(**TINY)
+    model = LSTM(**TINY)
     embeddings = [w for w in model.weights if "embeddings" in w.path]
     assert len(embeddings) == 1 and tuple(embeddings[0].shape) == (23, 16)
 
 
 def test_source_padding_does_not_change_logits(batch):
-    model = build_lstm(**TINY)
+    model = LSTM(**TINY)
     source, target_in = batch
     padded = np.concatenate([source, np.zeros((3, 4), source.dtype)], axis=1)
     np.testing.assert_allclose(model_logits(model, padded, target_in), model_logits(model, source, target_in), atol=1e-5)
 
 
 def test_future_target_tokens_do_not_change_past_logits(batch):
-    model = build_lstm(**TINY)
+    model = LSTM(**TINY)
     source, target_in = batch
     changed = target_in.copy()
     changed[:, 4:] = 5
@@ -59,15 +58,15 @@ def test_future_target_tokens_do_not_change_past_logits(batch):
 
 
 def test_dropout_acts_only_in_training(batch):
-    model = build_lstm(**TINY | {"dropout": 0.5})
+    model = LSTM(**TINY | {"dropout": 0.5})
     inputs = model_inputs(*batch)
     np.testing.assert_array_equal(model_logits(model, *batch), model_logits(model, *batch))
     assert not np.allclose(ops.convert_to_numpy(model(inputs, training=True)), model_logits(model, *batch))
 
 
 def test_late_dropout_sets_every_dropout_layer():
-    model = build_lstm(**TINY)  # embeddings (2), between the 2 encoder layers (1), the attentional vectors (1)
-    assert len(residual_dropouts(model)) == 4 and set_residual_dropout(model, 0.3) == 4
+    model = LSTM(**TINY)  # embeddings (2), between the 2 encoder layers (1), the attentional vectors (1)
+    assert len(model.residual_dropouts()) == 4 and model.set_residual_dropout(0.3) == 4
     assert {layer.rate for layer in model.layers if isinstance(layer, Dropout)} == {0.3}
 
 
@@ -75,10 +74,10 @@ def test_late_dropout_sets_every_dropout_layer():
 def test_step_by_step_decoding_matches_the_teacher_forced_logits(batch, next_fn):
     """The decoder run a token at a time (its recurrent state the cache) scores each position as the full
     teacher-forced forward pass does."""
-    model = build_lstm(**TINY)
+    model = LSTM(**TINY)
     source, target_in = batch
     expected = model_logits(model, source, target_in)  # (B, T, V)
-    encoder_outputs, source_mask = decoding_parts(model).encode(source)
+    encoder_outputs, source_mask = model.encode(source)
     fn, state = next_fn(model, encoder_outputs, source_mask, target_in.shape[1] - 1)
     tokens = ops.convert_to_tensor(target_in.astype("int32"))
     for index in range(target_in.shape[1]):
@@ -87,7 +86,7 @@ def test_step_by_step_decoding_matches_the_teacher_forced_logits(batch, next_fn)
 
 
 def test_cached_and_uncached_search_agree(batch):
-    model = build_lstm(**TINY)
+    model = LSTM(**TINY)
     source = batch[0]
     for beam_size in (1, 3):
         cached = search_ids(model, source, beam_size=beam_size, use_cache=True)
@@ -97,7 +96,7 @@ def test_cached_and_uncached_search_agree(batch):
 
 
 def test_saved_model_reloads_in_a_fresh_process(tmp_path, batch):
-    model = build_lstm(**TINY)
+    model = LSTM(**TINY)
     path, inputs_path = tmp_path / "m.keras", tmp_path / "batch.npz"
     model.save(path)
     source, target_in = batch
@@ -126,7 +125,7 @@ def test_model_learns_a_copy_task():
     search then copies held-out sentences."""
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
-    model = build_lstm(vocab_size=16, num_layers=1, hidden_dim=32, dropout=0.0, max_length=12)
+    model = LSTM(vocab_size=16, num_layers=1, hidden_dim=32, dropout=0.0, max_length=12)
     model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=MaskedCrossEntropy(), metrics=[MaskedAccuracy()])
 
     def pairs(count):

@@ -9,7 +9,7 @@ from keras import ops
 
 from kmt.layers import DecoderLayer, EncoderLayer
 from kmt.losses import MaskedAccuracy, MaskedCrossEntropy
-from kmt.model import build_transformer, residual_dropouts, set_residual_dropout
+from kmt.models import Transformer
 from tests.helpers import model_inputs, model_logits, token_batch
 
 TINY = dict(vocab_size=23, num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.1)
@@ -21,19 +21,19 @@ def batch():
 
 
 def test_base_preset_has_the_papers_parameter_count():
-    model = build_transformer(vocab_size=37000, num_layers=6, hidden_dim=512, num_heads=8, intermediate_dim=2048)
+    model = Transformer(vocab_size=37000, num_layers=6, hidden_dim=512, num_heads=8, intermediate_dim=2048)
     assert 60e6 <= model.count_params() <= 66e6  # the paper reports 65M
 
 
 def test_logits_shape_and_dtype(batch):
-    model = build_transformer(**TINY)
+    model = Transformer(**TINY)
     logits = model(model_inputs(*batch))
     assert tuple(logits.shape) == (3, 6, 23)
     assert keras.backend.standardize_dtype(logits.dtype) == "float32"
 
 
 def test_future_target_tokens_do_not_change_past_logits(batch):
-    model = build_transformer(**TINY)
+    model = Transformer(**TINY)
     source, target_in = batch
     changed = target_in.copy()
     changed[:, 3:] = (changed[:, 3:] % 22) + 1
@@ -45,7 +45,7 @@ def test_future_target_tokens_do_not_change_past_logits(batch):
 @pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
 def test_source_padding_does_not_change_logits(batch, policy):
     keras.config.set_dtype_policy(policy)
-    model = build_transformer(**TINY)
+    model = Transformer(**TINY)
     source, target_in = batch
     padded = np.concatenate([source, np.zeros((3, 4), source.dtype)], axis=1)
     before, after = model_logits(model, source, target_in), model_logits(model, padded, target_in)
@@ -55,7 +55,7 @@ def test_source_padding_does_not_change_logits(batch, policy):
 
 
 def test_untied_separate_vocabularies_and_pre_norm(batch):
-    model = build_transformer(
+    model = Transformer(
         **TINY | {"vocab_size": 23}, target_vocab_size=31, shared_embeddings=False, tied_output=False,
         norm_first=True, learned_positions=True, max_length=16,
     )
@@ -63,19 +63,19 @@ def test_untied_separate_vocabularies_and_pre_norm(batch):
     assert model_logits(model, source, target_in).shape == (3, 6, 31)
     assert model.get_layer("source_embedding") is not model.get_layer("target_embedding")
     with pytest.raises(ValueError, match="joint vocabulary"):
-        build_transformer(**TINY, target_vocab_size=31)
+        Transformer(**TINY, target_vocab_size=31)
     with pytest.raises(ValueError, match="dropout=-0.1"):
-        build_transformer(**TINY | {"dropout": -0.1})
+        Transformer(**TINY | {"dropout": -0.1})
 
 
 def test_tied_embeddings_are_one_matrix():
-    model = build_transformer(**TINY)
+    model = Transformer(**TINY)
     embeddings = [w for w in model.weights if "embeddings" in w.path]
     assert len(embeddings) == 1 and tuple(embeddings[0].shape) == (23, 16)
 
 
 def test_dropout_acts_only_in_training(batch):
-    model = build_transformer(**TINY | {"dropout": 0.3})
+    model = Transformer(**TINY | {"dropout": 0.3})
     inputs = model_inputs(*batch)
     a, b = (ops.convert_to_numpy(model(inputs, training=False)) for _ in range(2))
     np.testing.assert_array_equal(a, b)
@@ -83,15 +83,15 @@ def test_dropout_acts_only_in_training(batch):
 
 
 def test_residual_dropouts_are_the_embeddings_and_sublayer_outputs_only():
-    model = build_transformer(**TINY | {"dropout": 0.3, "attention_dropout": 0.2, "activation_dropout": 0.1})
-    layers = residual_dropouts(model)
+    model = Transformer(**TINY | {"dropout": 0.3, "attention_dropout": 0.2, "activation_dropout": 0.1})
+    layers = model.residual_dropouts()
     # two embeddings, two sublayers in each of 2 encoder layers, three in each of 2 decoder layers
     assert len(layers) == 2 + 2 * 2 + 2 * 3 and len({id(layer) for layer in layers}) == len(layers)
     assert {layer.rate for layer in layers} == {0.3}
     every = [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.Dropout)]
     assert sorted(layer.rate for layer in every if layer not in layers) == [0.1] * 4 + [0.2] * 6
 
-    assert set_residual_dropout(model, 0.25) == len(layers)
+    assert model.set_residual_dropout(0.25) == len(layers)
     assert {layer.rate for layer in layers} == {0.25}
     assert sorted(layer.rate for layer in every if layer not in layers) == [0.1] * 4 + [0.2] * 6
     configs = [layer.get_config() for layer in model.layers if isinstance(layer, (EncoderLayer, DecoderLayer))]
@@ -99,9 +99,9 @@ def test_residual_dropouts_are_the_embeddings_and_sublayer_outputs_only():
 
 
 def test_word_dropout_zeroes_whole_positions_in_training_only(batch):
-    plain = build_transformer(**TINY)
+    plain = Transformer(**TINY)
     assert not [layer.name for layer in plain.layers if "word_dropout" in layer.name]  # off: no layer at all
-    model = build_transformer(**TINY, source_word_dropout=0.5, target_word_dropout=0.25)
+    model = Transformer(**TINY, source_word_dropout=0.5, target_word_dropout=0.25)
     model.set_weights(plain.get_weights())  # word dropout has no weights
     np.testing.assert_allclose(model_logits(model, *batch), model_logits(plain, *batch), atol=1e-6)
 
@@ -113,19 +113,19 @@ def test_word_dropout_zeroes_whole_positions_in_training_only(batch):
     np.testing.assert_allclose(out[~zeroed], 2.0)  # the kept positions scaled by 1 / (1 - 0.5)
 
     # Late dropout changes the residual and embedding rates only; word dropout keeps its own.
-    assert word not in residual_dropouts(model)
-    assert set_residual_dropout(model, 0.3) == 2 + 2 * 2 + 2 * 3 and word.rate == 0.5
+    assert word not in model.residual_dropouts()
+    assert model.set_residual_dropout(0.3) == 2 + 2 * 2 + 2 * 3 and word.rate == 0.5
 
 
 def test_saved_model_reloads_in_a_fresh_process(tmp_path, batch):
-    model = build_transformer(**TINY)
+    model = Transformer(**TINY)
     path, inputs_path = tmp_path / "m.keras", tmp_path / "batch.npz"
     model.save(path)
     source, target_in = batch
     np.savez(inputs_path, source=source, target_in=target_in)
     expected = model_logits(model, source, target_in)
     script = (
-        "import sys, numpy as np, keras, kmt.model, kmt.losses\n"
+        "import sys, numpy as np, keras, kmt, kmt.losses\n"
         "m = keras.saving.load_model(sys.argv[1], safe_mode=True)\n"
         "b = np.load(sys.argv[2])\n"
         "out = m({'source': b['source'].astype('int32'), 'target_in': b['target_in'].astype('int32')}, training=False)\n"
@@ -140,7 +140,7 @@ def test_saved_model_reloads_in_a_fresh_process(tmp_path, batch):
 def test_model_learns_a_copy_task():
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
-    model = build_transformer(**TINY | {"dropout": 0.0})
+    model = Transformer(**TINY | {"dropout": 0.0})
     model.compile(optimizer=keras.optimizers.Adam(3e-3), loss=MaskedCrossEntropy(), metrics=[MaskedAccuracy()])
     source = rng.integers(3, 23, size=(32, 6)).astype("int32")
     target_in = np.concatenate([np.full((32, 1), 1), source[:, :-1]], axis=1).astype("int32")

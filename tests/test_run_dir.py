@@ -21,9 +21,9 @@ def test_a_failed_write_leaves_the_previous_checkpoint_intact(tmp_path):
     import pytest
 
     from kmt.run_dir import write_atomically
-    from kmt.model import build_transformer
+    from kmt.models import Transformer
 
-    model = build_transformer(vocab_size=11, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16)
+    model = Transformer(vocab_size=11, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16)
     path = tmp_path / "last.weights.h5"
     write_atomically(path, model.save_weights)
     before = path.read_bytes()

@@ -5,7 +5,6 @@ import pytest
 from keras import ops
 
 from kmt.inference.steps import cached_next_fn, uncached_next_fn
-from kmt.model import transformer_parts
 from tests.tiny_transformers import SOURCE, START, UNTIED_PRE_NORM, random_model, to_numpy
 
 
@@ -16,7 +15,7 @@ def test_cached_and_uncached_next_fn_give_the_models_logits(overrides):
     tokens = np.random.default_rng(0).integers(1, 17, size=(3, length + 1)).astype("int32")
     tokens[:, 0] = START
     expected = to_numpy(model({"source": SOURCE, "target_in": tokens}, training=False))  # (B, L+1, V)
-    encoder_outputs, source_mask = transformer_parts(model).encode(ops.convert_to_tensor(SOURCE))
+    encoder_outputs, source_mask = model.encode(ops.convert_to_tensor(SOURCE))
     cached, state = cached_next_fn(model, encoder_outputs, source_mask, length)
     uncached, empty = uncached_next_fn(model, encoder_outputs, source_mask, length)
     for index in range(length):

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from kmt.model import build_transformer
+from kmt.models import Transformer
 
 TINY = dict(vocab_size=20, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0, max_length=24)
 UNTIED_PRE_NORM = dict(
@@ -25,14 +25,14 @@ def log_softmax(x):
 
 def random_model(**overrides):
     keras.utils.set_random_seed(1)
-    return build_transformer(**TINY | overrides)
+    return Transformer(**TINY | overrides)
 
 
 def ensemble():
     """Two random models of different sizes over one vocabulary (source 20, target 17), pre-norm and post-norm."""
     first = random_model(num_layers=2, **UNTIED_PRE_NORM)
     keras.utils.set_random_seed(2)
-    second = build_transformer(
+    second = Transformer(
         **TINY | dict(hidden_dim=24, num_heads=3, intermediate_dim=40, shared_embeddings=False, target_vocab_size=17,
              tied_output=False)
     )

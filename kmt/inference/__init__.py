@@ -1,9 +1,9 @@
-"""Inference: from token ids or text to translations, with a trained `build_transformer` model or an ensemble.
+"""Inference: from token ids or text to translations, with a trained `kmt.models.Seq2SeqModel` or an ensemble.
 
 One meaning per word: *search* maps source ids to output ids (`search.py`, the algorithms over a `next_fn`;
 `decoding.search_ids`, a model's search), *score* is the model's log-probability of a given pair
 (`score.score_ids`), *translate* maps text to text (`translator.Translator`, the `tf.Module` a SavedModel is
 exported from by `export.export_translator`; `translate.translate_lines` over many lines). `steps.py` makes the
-`next_fn`s from a model's `kmt.model.TransformerParts`, `ensemble.py` combines several models, `lengths.py` sets
-each sentence's output limit. BLEU and chrF are `kmt.metrics`.
+`next_fn`s from a model's decoding methods (`kmt.models.Seq2SeqModel`), `ensemble.py` combines several models,
+`lengths.py` sets each sentence's output limit. BLEU and chrF are `kmt.metrics`.
 """

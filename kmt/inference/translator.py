@@ -37,7 +37,7 @@ class Translator(tf.Module):
     Inputs are truncated to the model's `max_length` tokens; empty or whitespace-only inputs give empty outputs.
 
     Args:
-        model: a `build_transformer` model, or a list of them trained on the same vocabulary: an ensemble, whose
+        model: a `kmt.models.Seq2SeqModel`, or a list of them trained on the same vocabulary: an ensemble, whose
             search scores each next token by the mean of the models' probabilities (and `score` likewise).
         vocabularies: the run's `kmt.tokenizer.Vocabularies` (the ensemble's, shared).
         beam_size: int. 1 for greedy search. Defaults to `4`.
