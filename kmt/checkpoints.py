@@ -41,7 +41,7 @@ def load_run_model(run_dir, checkpoint="last"):
     return cfg, vocabularies, model
 
 
-def load_run_keras(run_dir):
+def load_run_keras(run_dir: "str | Path") -> tuple:
     """`(cfg, vocabularies, model)` of a run, the model loaded from its `model.keras`, uncompiled.
 
     A `model.keras` saved before kmt's models were classes (`kmt.models`) holds a plain functional model, without
