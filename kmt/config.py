@@ -68,7 +68,7 @@ class DataConfig:
 class ModelConfig:
     arch: str = "transformer"  # transformer, or lstm: the recurrent baseline (bidirectional LSTM encoder, LSTM
     # decoder with Luong attention and input feeding; num_heads, intermediate_dim and the Transformer-only options
-    # below do not apply to it), or an architecture registered with kmt.models.register_model
+    # below do not apply to it)
     score: str = "general"  # arch=lstm: Luong's attention score, general (h W e) or dot (h . e)
     num_layers: int = 2  # encoder layers N (the paper's base: 6)
     num_decoder_layers: Optional[int] = None  # decoder layers; null means num_layers
