@@ -5,17 +5,13 @@ import subprocess
 import sys
 
 import pytest
-from hydra import compose, initialize_config_dir
-
-from kmt.cli.configs import config_dir
-from kmt.config import register_configs
-
-register_configs()
+from kmt.config import composing
 
 
 def compose_config(*overrides):
-    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        return compose("config", overrides=["debug=smoke", *overrides])
+    """The smoke config with `overrides`, not validated (a test may check what a run does with a bad value)."""
+    with composing() as compose:
+        return compose(["debug=smoke", *overrides])
 
 
 def run_cli(module, *args, cwd=None, input=None, timeout=600, native_logs=False, env=None):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kmt.cli.configs import config_dir
+from kmt.config import config_dir
 from kmt.cli.errors import check_overrides
 
 ROOT = Path(__file__).resolve().parent.parent
