@@ -1,6 +1,7 @@
 """Shared helpers for end-to-end tests: compose the real configs, run the real console scripts."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -16,6 +17,11 @@ register_configs()
 def compose_config(*overrides):
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         return compose("config", overrides=["debug=smoke", *overrides])
+
+
+def code_blocks(page, language):
+    """The text of each ```language block of the Markdown file `page`, in order."""
+    return re.findall(rf"```{language}\n(.*?)```", page.read_text(encoding="utf-8"), re.DOTALL)
 
 
 def run_cli(module, *args, cwd=None, input=None, timeout=600, native_logs=False, env=None):
