@@ -16,12 +16,17 @@ OPTIONAL = {"ctranslate2", "starlette", "uvicorn", "httptools", "uvloop"}  # pyp
 
 
 def has_examples(path):
-    return any(line.lstrip().startswith(">>>") and "+SKIP" not in line
-               for line in path.read_text(encoding="utf-8").splitlines())
+    return any(
+        line.lstrip().startswith(">>>") and "+SKIP" not in line
+        for line in path.read_text(encoding="utf-8").splitlines()
+    )
 
 
-MODULES = sorted(".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-                 for path in (ROOT / "kmt").rglob("*.py") if has_examples(path))
+MODULES = sorted(
+    ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+    for path in (ROOT / "kmt").rglob("*.py")
+    if has_examples(path)
+)
 
 
 def test_the_examples_are_found():

@@ -29,10 +29,13 @@ def run_script(script, work, data_dir):
     path = work / "guide.py"
     path.write_text(script, encoding="utf-8")
     python_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    env = os.environ | {"KMT_DATA_DIR": str(data_dir), "PYTHONPATH": python_path, "TF_CPP_MIN_LOG_LEVEL": "3",
-                        "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, str(path)], cwd=work, env=env, capture_output=True, text=True,
-                          timeout=1200)
+    env = os.environ | {
+        "KMT_DATA_DIR": str(data_dir),
+        "PYTHONPATH": python_path,
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+        "PYTHONUNBUFFERED": "1",
+    }
+    return subprocess.run([sys.executable, str(path)], cwd=work, env=env, capture_output=True, text=True, timeout=1200)
 
 
 def test_the_guide_is_python():
