@@ -1,6 +1,7 @@
 """Shared helpers for end-to-end tests: compose the real configs, run the real console scripts."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -12,6 +13,11 @@ def compose_config(*overrides):
     """The smoke config with `overrides`, not validated (a test may check what a run does with a bad value)."""
     with composing() as compose:
         return compose(["debug=smoke", *overrides])
+
+
+def code_blocks(page, language):
+    """The text of each ```language block of the Markdown file `page`, in order."""
+    return re.findall(rf"```{language}\n(.*?)```", page.read_text(encoding="utf-8"), re.DOTALL)
 
 
 def run_cli(module, *args, cwd=None, input=None, timeout=600, native_logs=False, env=None):
