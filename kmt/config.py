@@ -7,10 +7,14 @@ configuration reference. Hydra rejects unknown keys and wrong types against this
 cannot (ranges, divisibility) before any data is read.
 """
 
+import contextlib
+import copy
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from kmt.errors import ConfigError
 from kmt.models.registry import model_archs
@@ -18,6 +22,7 @@ from kmt.models.registry import model_archs
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 DATASETS = ("dates", "multi30k", "spa_eng", "parallel", "prepared")
 MONITORS = ("val_loss", "val_ppl", "val_accuracy", "val_bleu")  # what trainer.monitor may name
+INHERITED = ("max_tokens", "batch_size", "bucket_width", "pad_to_bucket", "subword_sampling")  # data=prepared's
 OBJECTIVES = ("loss", "ppl", "accuracy", "bleu", "chrf", "exact_match")  # what trainer.objective may name
 
 
@@ -51,11 +56,12 @@ class DataConfig:
     num_val: int = 1000  # dates: validation pairs (and spa_eng: unique English sentences held out)
     num_test: int = 1000  # dates: test pairs (and spa_eng: unique English sentences held out)
     limit: Optional[int] = None  # use only the first `limit` pairs of each split (smoke tests, quick looks)
-    max_tokens: int = 2048  # tokens per batch, bucketed by length (real corpora: 4096); 0 to batch by batch_size
-    batch_size: int = 64  # sentences per batch when max_tokens is 0
-    bucket_width: int = 0  # length buckets every N tokens (1: one per length, least padding); 0: fixed edges
-    pad_to_bucket: bool = False  # pad batches to fixed shapes (their bucket's width) even without XLA
-    subword_sampling: float = 0.0  # alpha of subword regularization: each pass samples a segmentation of every
+    # data=prepared leaves the next five null: they come from the prepared directory, unless set
+    max_tokens: Optional[int] = 2048  # tokens per batch, bucketed by length (real corpora: 4096); 0 to batch by batch_size
+    batch_size: Optional[int] = 64  # sentences per batch when max_tokens is 0
+    bucket_width: Optional[int] = 0  # length buckets every N tokens (1: one per length, least padding); 0: fixed edges
+    pad_to_bucket: Optional[bool] = False  # pad batches to fixed shapes (their bucket's width) even without XLA
+    subword_sampling: Optional[float] = 0.0  # alpha of subword regularization: each pass samples a segmentation of every
     # training sentence (unigram vocabularies; 0.5 changes about a third of sentences, 0.1 doubles their pieces);
     # 0: always the best segmentation
     train: SplitFiles = field(default_factory=SplitFiles)  # data=parallel: the training pairs' files
@@ -184,6 +190,57 @@ def register_configs():
     store.store(name="kmt_schema", node=Config)
 
 
+def config_dir() -> str:
+    """The directory that holds `config.yaml` and its groups, as a string (what Hydra takes).
+
+    An installed wheel has it as package data at `kmt/conf`; a checkout, and an editable install of one, keeps it
+    at the top of the repository beside `kmt/`, so an edited `conf/*.yaml` takes effect without reinstalling."""
+    package = Path(__file__).resolve().parent
+    shipped = package / "conf"
+    return str(shipped if shipped.is_dir() else package.parent / "conf")
+
+
+@contextlib.contextmanager
+def composing(user_dir=None):
+    """Hydra initialized on kmt's configs (and a user's directory on top, as `--config-dir` adds it); yields
+    `compose(overrides, **options)`. The one place configs are composed outside `kmt-train`'s own `@hydra.main`."""
+    from hydra import compose, initialize_config_dir
+
+    register_configs()
+    extra = [f"hydra.searchpath=['file://{os.path.abspath(user_dir)}']"] if user_dir is not None else []
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        yield lambda overrides, **options: compose("config", overrides=[*extra, *overrides], **options)
+
+
+def compose_config(*overrides: str, config_dir: str | os.PathLike | None = None) -> DictConfig:
+    """The config `kmt-train OVERRIDES...` would run with, composed from kmt's `conf/` and validated.
+
+    Args:
+        *overrides: str. Hydra overrides, as on the command line (`"experiment=multi30k_en_de"`, `"debug=smoke"`,
+            `"trainer.epochs=3"`).
+        config_dir: str or path. A directory of your own config files composed on top of kmt's (what `kmt-train
+            --config-dir DIR` adds). Defaults to `None`.
+
+    Example:
+    >>> cfg = compose_config("debug=smoke", "trainer.epochs=2")
+    >>> cfg.trainer.epochs, cfg.data.name
+    (2, 'dates')
+    """
+    if config_dir is not None and not os.path.isdir(config_dir):
+        raise ConfigError(f"config_dir={config_dir}: no such directory")
+    with composing(config_dir) as compose:
+        cfg = compose(list(overrides))
+    return validated(cfg)
+
+
+def validated(cfg):
+    """A validated, read-only copy of `cfg`: what a run works from (what a run resolves is recorded apart from it)."""
+    validate(cfg)
+    cfg = copy.deepcopy(cfg)
+    OmegaConf.set_readonly(cfg, True)
+    return cfg
+
+
 def _check(condition, message):
     if not condition:
         raise ConfigError(message)
@@ -258,20 +315,24 @@ def validate(cfg):
     )
     _check(trainer.patience >= 0, f"trainer.patience must be >= 0. Received: {trainer.patience}")
     _check(trainer.max_minutes >= 0, f"trainer.max_minutes must be >= 0. Received: {trainer.max_minutes}")
-    _check(data.max_tokens >= 0, f"data.max_tokens must be >= 0. Received: {data.max_tokens}")
-    _check(data.bucket_width >= 0, f"data.bucket_width must be >= 0. Received: {data.bucket_width}")
-    _check(data.subword_sampling >= 0, f"data.subword_sampling must be >= 0. Received: {data.subword_sampling}")
-    _check(
-        not data.subword_sampling or data.tokenizer.model_type == "unigram",
-        "data.subword_sampling samples unigram segmentations; it needs data.tokenizer.model_type=unigram. "
-        f"Received: {data.tokenizer.model_type!r}",
-    )
-    _check(data.max_tokens or data.batch_size > 0, f"data.batch_size must be positive. Received: {data.batch_size}")
-    _check(
-        data.max_tokens == 0 or data.max_tokens >= model.max_length,
-        "data.max_tokens must hold one sentence of model.max_length tokens. "
-        f"Received: max_tokens={data.max_tokens}, max_length={model.max_length}",
-    )
+    unset = [f"data.{key}" for key in INHERITED if data[key] is None]
+    _check(not unset or data.name == "prepared",
+           f"{', '.join(unset)} may be null only with data=prepared (which takes them from its directory)")
+    if not unset:  # data=prepared: checked with the prepared directory's values when the run starts
+        _check(data.max_tokens >= 0, f"data.max_tokens must be >= 0. Received: {data.max_tokens}")
+        _check(data.bucket_width >= 0, f"data.bucket_width must be >= 0. Received: {data.bucket_width}")
+        _check(data.subword_sampling >= 0, f"data.subword_sampling must be >= 0. Received: {data.subword_sampling}")
+        _check(
+            not data.subword_sampling or data.tokenizer.model_type == "unigram",
+            "data.subword_sampling samples unigram segmentations; it needs data.tokenizer.model_type=unigram. "
+            f"Received: {data.tokenizer.model_type!r}",
+        )
+        _check(data.max_tokens or data.batch_size > 0, f"data.batch_size must be positive. Received: {data.batch_size}")
+        _check(
+            data.max_tokens == 0 or data.max_tokens >= model.max_length,
+            "data.max_tokens must hold one sentence of model.max_length tokens. "
+            f"Received: max_tokens={data.max_tokens}, max_length={model.max_length}",
+        )
     _check(
         trainer.keep_checkpoints >= max(1, trainer.average_last),
         "trainer.keep_checkpoints must keep the checkpoints trainer.average_last averages. "

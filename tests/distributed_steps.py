@@ -22,13 +22,8 @@ def main(prepared, work):
 
         split_cpu(2)
 
-    from kmt.training import prepare as prepare_module
     from kmt.training.prepare import prepare
     from tests.helpers import compose_config
-
-    # The batch sizes below, not the prepared directory's (composed here, not on a command line, they would not
-    # count as given: `inherit_data_settings`).
-    prepare_module.DATA_SETTINGS = ("tokenized",)
 
     weights = {}
     for mode, batch_size in (("none", 16), ("mirrored", 8)):  # one device's batch is both devices' together

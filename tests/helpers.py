@@ -1,21 +1,23 @@
 """Shared helpers for end-to-end tests: compose the real configs, run the real console scripts."""
 
 import os
+import re
 import subprocess
 import sys
 
 import pytest
-from hydra import compose, initialize_config_dir
-
-from kmt.cli.configs import config_dir
-from kmt.config import register_configs
-
-register_configs()
+from kmt.config import composing
 
 
 def compose_config(*overrides):
-    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        return compose("config", overrides=["debug=smoke", *overrides])
+    """The smoke config with `overrides`, not validated (a test may check what a run does with a bad value)."""
+    with composing() as compose:
+        return compose(["debug=smoke", *overrides])
+
+
+def code_blocks(page, language):
+    """The text of each ```language block of the Markdown file `page`, in order."""
+    return re.findall(rf"```{language}\n(.*?)```", page.read_text(encoding="utf-8"), re.DOTALL)
 
 
 def run_cli(module, *args, cwd=None, input=None, timeout=600, native_logs=False, env=None):

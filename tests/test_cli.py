@@ -228,12 +228,12 @@ def test_export_ensembles_runs_that_share_a_vocabulary(smoke_run, tmp_path, caps
     tokenizer = train_tokenizer(["a vocabulary of other words", "trained on other text"], vocab_size=40)
     Vocabularies(tokenizer, tokenizer).save(stranger / "tokenizer")
     assert refused(capsys, export.main, smoke_run, "--ensemble", other, stranger, "--output", tmp_path / "no") == (
-        2, f"error: --ensemble: {stranger} has another vocabulary than {smoke_run}; an ensemble's runs must share one "
+        2, f"error: ensemble: {stranger} has another vocabulary than {smoke_run}; an ensemble's runs must share one "
            "(train them on the same data with the same data.tokenizer settings)"
     )
     weights_file = smoke_run / "checkpoints" / "best.weights.h5"
     status, line = refused(capsys, export.main, smoke_run, "--ensemble", other, "--checkpoint", weights_file)
-    assert status == 2 and "--ensemble loads every run at --checkpoint last or best" in line
+    assert status == 2 and "an ensemble loads every run at checkpoint last or best" in line
     assert not (tmp_path / "no").exists()
 
 

@@ -5,22 +5,19 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from kmt.cli.configs import config_dir
-from kmt.config import Config, register_configs
+from kmt.config import Config, composing
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"  # what the wheel ships as kmt/conf
-register_configs()
 EXPERIMENTS = sorted((CONF / "experiment").glob("*.yaml"))
 SCHEMA_GROUPS = ("data", "model", "optim", "trainer")
 
 
 def composed(*overrides):
-    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
+    with composing() as compose:
+        return compose(list(overrides))
 
 
 def leaves(node, prefix=""):
@@ -62,7 +59,7 @@ def test_options_set_only_what_differs_from_the_schema(path):
     group = path.parent.name
     defaults = composed() if group == "debug" else composed()[group]  # debug options are `@package _global_`
     restated = {key: value for key, value in leaves(OmegaConf.load(path)).items()
-                if OmegaConf.select(defaults, key) == value}
+                if OmegaConf.select(defaults, key, default=KeyError) == value}
     assert not restated, f"{group}/{path.name} restates the schema's defaults: {restated}"
 
 

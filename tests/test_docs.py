@@ -71,14 +71,11 @@ def test_readme_links_resolve():
 def _runs_subdir(*overrides, sweep=False):
     """The folder under runs/ that `kmt-train overrides...` writes to: hydra.run.dir (hydra.sweep.dir with `sweep`)
     as Hydra resolves it, less its timestamp."""
-    from hydra import compose, initialize_config_dir
 
-    from kmt.cli.configs import config_dir
-    from kmt.config import register_configs
+    from kmt.config import composing
 
-    register_configs()
-    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
+    with composing() as compose:
+        cfg = compose(list(overrides), return_hydra_config=True)
     path = Path(cfg.hydra.sweep.dir if sweep else cfg.hydra.run.dir)
     assert path.parts[0] == "runs", path
     return path.parent.relative_to("runs").as_posix()

@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from kmt.cli.configs import config_dir
+from kmt.config import config_dir
 from kmt.cli.errors import check_overrides
-from kmt.config import register_configs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -115,12 +114,11 @@ def test_a_checkout_composes_its_own_conf_directory():
 def test_a_users_config_dir_is_checked_with_kmts_own(tmp_path, capsys):
     """kmt-train validates the command line before Hydra starts; a recipe in `--config-dir` passes that check, and a
     directory that is not there is one clear line."""
-    register_configs()
     (tmp_path / "experiment").mkdir()
     (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\nmodel:\n  num_layers: 1\n")
     for flag in (["--config-dir", str(tmp_path)], ["-cd", str(tmp_path)], [f"--config-dir={tmp_path}"]):
-        check_overrides(config_dir(), "config", [*flag, "experiment=mine", "debug=smoke"])
+        check_overrides([*flag, "experiment=mine", "debug=smoke"])
     with pytest.raises(SystemExit) as stopped:
-        check_overrides(config_dir(), "config", ["--config-dir", str(tmp_path / "nowhere"), "experiment=mine"])
+        check_overrides(["--config-dir", str(tmp_path / "nowhere"), "experiment=mine"])
     assert stopped.value.code == 2
     assert capsys.readouterr().err == f"error: --config-dir {tmp_path / 'nowhere'}: no such directory\n"

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from kmt.cli.configs import config_dir
+from kmt.config import config_dir
 from kmt.cli.errors import check_overrides
+from tests.helpers import code_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", ROOT / "docs" / "getting-started.md"]
@@ -44,7 +45,7 @@ ASSIGNMENT = re.compile(r"[A-Z_]+=(\$\(.*\)|\S+)")  # `RUN=$(ls -d runs/dates/* 
 def commands(page):
     """The command lines of `page`'s ```bash blocks, in order."""
     found = []
-    for block in re.findall(r"```bash\n(.*?)```", page.read_text(encoding="utf-8"), re.DOTALL):
+    for block in code_blocks(page, "bash"):
         joined = re.sub(r"\\\n\s*", "", block)
         found += [line.split(" # ")[0].split("  #")[0].strip() for line in joined.splitlines()
                   if not line.startswith("#")]  # an expected output

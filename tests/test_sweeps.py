@@ -10,10 +10,9 @@ import sys
 
 import keras
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from kmt.cli.configs import config_dir
+from kmt.config import composing
 from kmt.sweep import FreeMemory, summarize
 from tests.helpers import compose_config  # noqa: F401  (registers kmt's config schema)
 
@@ -120,8 +119,8 @@ def test_the_summary_table_keeps_one_cell_per_column_with_sacrebleu_signatures(t
 
 
 def test_free_memory_starts_keras_afresh_after_a_job():
-    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        cfg = compose("config", overrides=["debug=smoke"], return_hydra_config=True)
+    with composing() as compose:
+        cfg = compose(["debug=smoke"], return_hydra_config=True)
     assert cfg.hydra.callbacks.free_memory._target_ == "kmt.sweep.FreeMemory"  # what conf/config.yaml registers
     [keras.layers.Dense(1) for _ in range(3)]
     assert keras.layers.Dense(1).name != "dense"

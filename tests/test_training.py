@@ -9,6 +9,7 @@ import re
 import shutil
 
 import pytest
+from omegaconf import OmegaConf
 
 from kmt.build import build_model, build_schedule, compile_model
 from kmt.checkpoints import init_source, load_run_model
@@ -103,19 +104,22 @@ def test_fine_tuning_starts_from_another_runs_vocabulary_and_weights(smoke_run, 
         init_source(str(tmp_path), cfg.model)
 
 
-def test_train_returns_the_validation_objective(tmp_path):
+def test_train_returns_the_metrics_and_leaves_the_config_as_it_was(tmp_path):
     cfg = compose_config("trainer.objective=accuracy", "trainer.export=false")
-    value = train(cfg, tmp_path)
-    metrics = json.loads((tmp_path / "metrics.json").read_text())
-    assert value == pytest.approx(metrics["val"]["accuracy"])
+    before = OmegaConf.to_yaml(cfg)
+    metrics = train(cfg, tmp_path)
+    assert metrics == json.loads((tmp_path / "metrics.json").read_text())
+    assert OmegaConf.to_yaml(cfg) == before
+    saved = OmegaConf.load(tmp_path / "config.yaml")  # the run's record: what it resolved (trainer.precision=auto)
+    assert cfg.trainer.precision == "auto" and saved.trainer.precision == "float32"
 
 
 def test_perplexity_is_logged_and_without_smoothing_is_exp_of_the_loss(tmp_path):
     cfg = compose_config("optim.label_smoothing=0", "trainer.objective=ppl", "trainer.monitor=val_ppl",
                          "trainer.export=false")
-    value = train(cfg, tmp_path)
+    train(cfg, tmp_path)
     val = json.loads((tmp_path / "metrics.json").read_text())["val"]
-    assert value == val["ppl"] and val["ppl"] == pytest.approx(math.exp(val["loss"]), rel=1e-4)
+    assert val["ppl"] == pytest.approx(math.exp(val["loss"]), rel=1e-4)
     row = _history(tmp_path)[-1]
     assert float(row["val_ppl"]) == pytest.approx(math.exp(float(row["val_loss"])), rel=1e-4)
     assert float(row["ppl"]) > 1.0

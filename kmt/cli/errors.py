@@ -14,7 +14,6 @@ import re
 import sys
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import IntervalSweep
 from hydra.errors import HydraException
@@ -128,29 +127,27 @@ def _user_config_dir(argv):
     return None
 
 
-def check_overrides(config_dir, config_name, argv):
+def check_overrides(argv):
     """Composes the config for each job the command line asks for and validates it; exits on the first problem.
 
-    A user's `--config-dir` joins the search path where Hydra puts it (after `config_dir`), as `hydra.searchpath`."""
-    from kmt.config import validate
+    A user's `--config-dir` joins the search path where Hydra puts it (after kmt's), as `hydra.searchpath`."""
+    from kmt.config import composing, validate
 
     overrides = _overrides(argv)
     if overrides is None:
         return
     user_dir = _user_config_dir(argv)
-    if user_dir is not None:
-        if not os.path.isdir(user_dir):
-            fail(f"--config-dir {user_dir}: no such directory")
-        overrides = [f"hydra.searchpath=['file://{os.path.abspath(user_dir)}']", *overrides]
+    if user_dir is not None and not os.path.isdir(user_dir):
+        fail(f"--config-dir {user_dir}: no such directory")
     try:
-        with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+        with composing(user_dir) as compose:
             for job in _jobs(overrides):
-                validate(compose(config_name, overrides=list(job)))
+                validate(compose(list(job)))
             first = list(next(_jobs(overrides)))
-            cfg = compose(config_name, overrides=first, return_hydra_config=True)
+            cfg = compose(first, return_hydra_config=True)
             for param in _search_space(cfg):  # a search file's (hparams_search): each value with the rest as given
                 for value in _choices(param):
-                    validate(compose(config_name, overrides=[*first, value]))
+                    validate(compose([*first, value]))
             _check_output_dir(cfg, multirun=bool({"-m", "--multirun"} & set(argv)) or str(cfg.hydra.mode).endswith(
                 "MULTIRUN"))
     except (HydraException, OmegaConfBaseException) as error:

@@ -21,12 +21,11 @@ import json
 from pathlib import Path
 
 from kmt.cli import console_script
-from kmt.cli.common import load_export, setup_logging
+from kmt.cli.common import setup_logging
 from kmt.cli.errors import exit_on_user_error
 from kmt.data.sources import read_lines, read_parallel
 from kmt.errors import DataError
-from kmt.inference.translate import batch_fn, translate_lines
-from kmt.metrics import moses_languages, moses_tokenize, paired_bootstrap, tokenized_bleu, translation_scores
+from kmt.metrics import moses_languages, moses_tokenize
 
 
 def parse_args(argv=None):
@@ -85,9 +84,11 @@ def main(argv=None):
     args = parse_args(argv)
     setup_logging(args.verbose)
     with exit_on_user_error():
+        from kmt.api import evaluate, load
+
         test = read_parallel(args.source, args.reference)
         tokenized = read_lines(args.tokenized_reference) if args.tokenized_reference else None
-        lang = "en"  # unused without tokenized references
+        lang = None
         if tokenized is not None or args.tokenize_reference:
             lang = moses_language(args)
         if args.tokenize_reference:
@@ -96,30 +97,15 @@ def main(argv=None):
             raise DataError(
                 f"{args.tokenized_reference} has {len(tokenized)} lines but {args.reference} has {len(test)}"
             )
-        for system in args.compare or []:
-            if Path(system).is_dir() and not _is_export(system):
-                raise DataError(f"{system} is a directory without saved_model.pb; --compare takes SavedModel "
-                                "directories and files of translations")
-        others = {system: read_lines(system) for system in args.compare or [] if not _is_export(system)}
-        for system, lines in others.items():
-            if len(lines) != len(test):
-                raise DataError(f"{system} has {len(lines)} lines but {args.source} has {len(test)}")
-    translate = load_export(args.export_dir)
-    hypotheses, _ = translate_lines(batch_fn(translate), test.source, args.batch_size, progress=args.verbose)
+        # Files of translations are read first: a mistake in one stops before any model loads.
+        compare = {system: read_lines(system) for system in args.compare or [] if not Path(system).is_dir()}
+        translator = load(args.export_dir)
+        compare = {system: compare[system] if system in compare else load(system) for system in args.compare or []}
+        scores = evaluate(translator, test.source, test.target, tokenized_references=tokenized, lang=lang,
+                          compare=compare, tokenized=args.tokenized, name=args.export_dir)
+    hypotheses = scores.pop("translations")
     if args.hypotheses:
         Path(args.hypotheses).write_text("".join(h.replace("\n", " ") + "\n" for h in hypotheses), encoding="utf-8")
-    scores = translation_scores(hypotheses, test.target, args.tokenized) | {"sentences": len(test)}
-    if tokenized is not None:
-        scores |= tokenized_bleu(hypotheses, tokenized, lang)
-    if args.compare:
-        systems = {args.export_dir: hypotheses}
-        for system in args.compare:
-            if system not in others:
-                others[system], _ = translate_lines(batch_fn(load_export(system)), test.source, args.batch_size,
-                                                    progress=args.verbose)
-            systems[system] = others[system]
-        results, signatures = paired_bootstrap(systems, test.target, args.tokenized, tokenized, lang)
-        scores |= {"compare": results, "compare_signatures": signatures}
     if args.json:
         print(json.dumps(scores))
         return
@@ -131,10 +117,6 @@ def main(argv=None):
     print(f"exact match = {100 * scores['exact_match']:.1f}%  ({len(test)} sentences)")
     if args.compare:
         print_comparison(scores["compare"], scores["compare_signatures"])
-
-
-def _is_export(system):
-    return (Path(system) / "saved_model.pb").is_file()
 
 
 def print_comparison(results, signatures):

@@ -21,7 +21,6 @@ Examples:
 """
 
 import argparse
-from pathlib import Path
 
 from kmt.cli import console_script
 from kmt.cli.common import setup_logging
@@ -68,98 +67,25 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     setup_logging(verbose=True)
-    run_dir = Path(args.run_dir)
     with exit_on_user_error():
-        from kmt.checkpoints import average_checkpoints, load_run_model
-        from kmt.config import validate_decode
-        from kmt.errors import KmtError
-        from kmt.inference.export import export_translator
-        from kmt.inference.translator import build_translator
-        from kmt.run_dir import RunDir, write_atomically
-        from kmt.tokenizer import Vocabularies
+        from kmt.api import export
 
-        check_format(args)
-        others = [Path(other) for other in args.ensemble or []]
-        if others and args.checkpoint not in ("last", "best"):
-            raise KmtError(f"--ensemble loads every run at --checkpoint last or best (or --average N), not one run's "
-                           f"weights file. Received: --checkpoint {args.checkpoint}")
-        # Everything a mistake could be in is checked before any model loads or any averaged checkpoint is written:
-        # the search settings, each run's vocabulary and the weights files asked for.
-        run = RunDir(run_dir)
-        cfg = run.read_config()
-        if args.beam_size is not None:
-            cfg.decode.beam_size = args.beam_size
-        if args.length_penalty is not None:
-            cfg.decode.length_penalty = args.length_penalty
-        if args.sampling_topk is not None:
-            cfg.decode.sampling_topk = args.sampling_topk
-            if args.beam_size is None and args.sampling_topk != 1:
-                cfg.decode.beam_size = 1  # sampling draws one translation; no beam to ask for
-        if args.sampling_temperature is not None:
-            cfg.decode.sampling_temperature = args.sampling_temperature
-        if args.sampling_topp is not None:
-            cfg.decode.sampling_topp = args.sampling_topp
-        validate_decode(cfg.decode)
-        if args.format == "ctranslate2" and cfg.model.get("arch", "transformer") != "transformer":
-            raise KmtError(f"--format ctranslate2 converts Transformers only; {run_dir} trained model.arch="
-                           f"{cfg.model.arch} (export it as a SavedModel)")
-        vocabularies = Vocabularies.load(run.tokenizer)
-        for other in map(RunDir, others):
-            other.read_config()  # a run directory
-            if not Vocabularies.load(other.tokenizer).same_as(vocabularies):
-                raise KmtError(f"--ensemble: {other.root} has another vocabulary than {run_dir}; an ensemble's runs must "
-                               "share one (train them on the same data with the same data.tokenizer settings)")
-        runs = [run_dir, *others]
-        weights = [  # each run's weights files: the last N epochs to average, or the one checkpoint
-            RunDir(member).checkpoints.last(args.average) if args.average
-            else [RunDir(member).checkpoints.find(args.checkpoint)]
-            for member in runs
-        ]
-
-        sources, models = [], []
-        for member, paths in zip(runs, weights):
-            model = load_run_model(member, paths[-1])[2]
-            source = args.checkpoint
-            if args.average:
-                average_checkpoints(model, paths)
-                source = RunDir(member).checkpoints.averaged(args.average)
-                write_atomically(source, model.save_weights)
-            sources.append(f"{member}:{source}" if others else str(source))
-            models.append(model)
-        if args.format == "ctranslate2":
-            from kmt.inference.ctranslate2 import export_ctranslate2
-
-            output = Path(args.output) if args.output else \
-                run.root / "_".join(["ctranslate2", *filter(None, [args.quantization])])
-            export_ctranslate2(models[0], vocabularies, cfg.decode, output, args.quantization)
-            print(f"exported {sources[0]} to {output} (CTranslate2, {args.quantization or 'float32'})")
-            return
-        output = Path(args.output) if args.output else run.export
-        export_translator(build_translator(models, vocabularies, cfg.decode), output)  # one model, or an ensemble
-        print(f"exported {' + '.join(sources)} to {output}")
+        output = export(args.run_dir, checkpoint=args.checkpoint, average=args.average, ensemble=args.ensemble or (),
+                        search=search_overrides(args), format=args.format, output=args.output,
+                        quantization=args.quantization)
+    weights = f"the average of the last {args.average} epochs" if args.average else args.checkpoint
+    runs = " + ".join(f"{run}:{weights}" for run in [args.run_dir, *(args.ensemble or [])])
+    print(f"exported {runs if args.ensemble else weights} to {output}")
 
 
-def check_format(args):
-    """A `KmtError` for a --format, --quantization or option the format does not take, before anything loads."""
-    from kmt.errors import KmtError
-    from kmt.inference.ctranslate2 import QUANTIZATIONS, require_ctranslate2
-
-    if args.format not in ("savedmodel", "ctranslate2"):
-        raise KmtError(f"unknown --format {args.format!r}; choose savedmodel or ctranslate2")
-    if args.format == "savedmodel":
-        if args.quantization is not None:
-            raise KmtError("--quantization is for --format ctranslate2; a SavedModel keeps float32 weights")
-        return
-    if args.quantization is not None and args.quantization not in QUANTIZATIONS:
-        raise KmtError(f"unknown --quantization {args.quantization!r}; choose one of {', '.join(QUANTIZATIONS)} "
-                       "(or leave it out for float32)")
-    given = [flag for flag, value in [("--ensemble", args.ensemble), ("--sampling-topk", args.sampling_topk),
-                                      ("--sampling-temperature", args.sampling_temperature),
-                                      ("--sampling-topp", args.sampling_topp)] if value is not None]
-    if given:
-        raise KmtError(f"{given[0]} is a SavedModel option; --format ctranslate2 converts one run for greedy or beam "
-                       "search")
-    require_ctranslate2()
+def search_overrides(args):
+    """The search settings given on the command line (sampling draws one translation: beam size 1 unless given)."""
+    flags = {"beam_size": args.beam_size, "length_penalty": args.length_penalty, "sampling_topk": args.sampling_topk,
+             "sampling_temperature": args.sampling_temperature, "sampling_topp": args.sampling_topp}
+    given = {key: value for key, value in flags.items() if value is not None}
+    if args.sampling_topk not in (None, 1) and args.beam_size is None:
+        given["beam_size"] = 1
+    return given
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 
 from kmt.cli import console_script  # noqa: E402
-from kmt.cli.configs import config_dir  # noqa: E402
+from kmt.config import config_dir  # noqa: E402
 from kmt.cli.errors import check_overrides, exit_on_user_error  # noqa: E402
 from kmt.config import register_configs  # noqa: E402
 
@@ -48,7 +48,7 @@ def main():
     extra = ["hydra/help=kmt_prepare"]
     if not any(arg.startswith(("hydra.run.dir=", "++hydra.run.dir=")) for arg in argv):
         extra.append(RUN_DIR)
-    check_overrides(config_dir(), "config", [*argv, *extra[1:]])
+    check_overrides([*argv, *extra[1:]])
     sys.argv = [sys.argv[0], *argv, *extra]
     run()
 

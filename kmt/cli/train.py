@@ -10,7 +10,7 @@ import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 
 from kmt.cli import console_script  # noqa: E402
-from kmt.cli.configs import config_dir  # noqa: E402
+from kmt.config import config_dir  # noqa: E402
 from kmt.cli.errors import check_overrides, exit_on_user_error, quiet_tensorflow  # noqa: E402
 from kmt.config import register_configs  # noqa: E402
 
@@ -26,12 +26,14 @@ def run(cfg):
     quiet_tensorflow()
 
     with exit_on_user_error():
-        return train(cfg, HydraConfig.get().runtime.output_dir)
+        metrics = train(cfg, HydraConfig.get().runtime.output_dir)
+    # What a sweeper optimises: the validation objective (None on a distributed run's workers but the chief).
+    return metrics["val"][cfg.trainer.objective] if metrics and "val" in metrics else None
 
 
 @console_script
 def main():
-    check_overrides(config_dir(), "config", sys.argv[1:])
+    check_overrides(sys.argv[1:])
     import keras  # noqa: F401  (the backend, before Hydra's callbacks import it: one line if it is not installed)
 
     run()

@@ -53,11 +53,14 @@ def search_ids(
         source: int `(B, S)` source ids, pad 0.
         beam_size: int K; 1 is greedy search. Defaults to `1`.
         length_penalty: float alpha of the GNMT penalty (beam search only). Defaults to `0.6`.
-        max_length_a, max_length_b: the output limit's slope and intercept in S_i. Default to `1.5` and `10`.
+        max_length_a: float, the output limit's slope in S_i. Defaults to `1.5`.
+        max_length_b: float, the output limit's intercept. Defaults to `10`.
         max_length: int cap on the output length. Defaults to the model's `max_length` (its embedding's config;
             an ensemble's shortest).
         use_cache: bool. Key/value cache (True) or rerunning the decoder on the prefix (False). Defaults to `True`.
-        start_id, end_id, pad_id: ints. Default to `kmt.special_ids`' `START_ID`, `END_ID`, `PAD_ID`.
+        start_id: int, the token decoding starts from. Defaults to `kmt.special_ids.START_ID`.
+        end_id: int, the token that ends a translation. Defaults to `kmt.special_ids.END_ID`.
+        pad_id: int, the token after the end. Defaults to `kmt.special_ids.PAD_ID`.
         num_hypotheses: int n, 1 to K: return the n best hypotheses of each sentence (`beam_search`'s n-best list;
             greedy search has one). Defaults to `None`: the best one, without the hypothesis axis.
         sampling_topk: int. With `beam_size` 1, 0 draws each token from the whole distribution and k > 1 from the

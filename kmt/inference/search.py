@@ -80,7 +80,9 @@ def greedy_search(
         state: nest of tensors with leading axis B, passed to `next_fn`.
         batch_size: int or scalar tensor B.
         max_length: int or scalar int tensor L, the most tokens emitted after the start token (the loop bound).
-        start_id, end_id, pad_id: ints. Default to `kmt.special_ids`' `START_ID`, `END_ID`, `PAD_ID`.
+        start_id: int, the token column 0 holds. Defaults to `kmt.special_ids.START_ID`.
+        end_id: int, the token that ends a sequence. Defaults to `kmt.special_ids.END_ID`.
+        pad_id: int, the token after the end. Defaults to `kmt.special_ids.PAD_ID`.
         max_lengths: int `(B,)` each sentence's own limit (at most L); a sentence that reaches it is finished,
             pad follows. Defaults to `None`: L for every sentence.
 
@@ -144,8 +146,10 @@ def sample_search(
     sample, so tests can fix it and a SavedModel can draw it with a stateful op. `top_k=1` is greedy search. Like
     greedy search, a sentence ends at `end_id` or at its limit, and pad is never drawn.
 
+    `next_fn`, `state`, `batch_size`, `max_length`, `start_id`, `end_id`, `pad_id` and `max_lengths` are as for
+    `greedy_search`.
+
     Args:
-        next_fn, state, batch_size, max_length, start_id, end_id, pad_id, max_lengths: as for `greedy_search`.
         noise: float `(B, L)` uniform numbers in [0, 1), one per sentence and step.
         top_k: int; 0 samples from the whole vocabulary. Defaults to `0`.
         temperature: float > 0; above 1 flattens the distribution, below 1 sharpens it. Defaults to `1.0`.
@@ -223,7 +227,9 @@ def beam_search(
         max_length: int or scalar int tensor L, the most tokens emitted after the start token (the loop bound).
         beam_size: int K. Defaults to `4`.
         length_penalty: float alpha; 0 ranks by log-probability alone. Defaults to `0.6`.
-        start_id, end_id, pad_id: ints. Default to `kmt.special_ids`' `START_ID`, `END_ID`, `PAD_ID`.
+        start_id: int, the token column 0 holds. Defaults to `kmt.special_ids.START_ID`.
+        end_id: int, the token that ends a sequence. Defaults to `kmt.special_ids.END_ID`.
+        pad_id: int, the token after the end. Defaults to `kmt.special_ids.PAD_ID`.
         max_lengths: int `(B,)` each sentence's own limit (at most L). Defaults to `None`: L for every sentence.
         num_hypotheses: int n, 1 to K: return the n best finished hypotheses of each sentence. Defaults to `None`:
             return the best one, without the hypothesis axis.

@@ -54,7 +54,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     Example:
     >>> attention = MultiHeadAttention(num_heads=2, key_dim=4)
-    >>> attention(keras.ops.ones((1, 3, 8)), keras.ops.ones((1, 5, 8))).shape
+    >>> tuple(attention(keras.ops.ones((1, 3, 8)), keras.ops.ones((1, 5, 8))).shape)
     (1, 3, 8)
     """
 

@@ -42,7 +42,7 @@ class DecoderLayer(keras.layers.Layer):
 
     Example:
     >>> layer = DecoderLayer(hidden_dim=16, num_heads=2, intermediate_dim=32)
-    >>> layer(keras.ops.ones((2, 4, 16)), keras.ops.ones((2, 5, 16))).shape
+    >>> tuple(layer(keras.ops.ones((2, 4, 16)), keras.ops.ones((2, 5, 16))).shape)
     (2, 4, 16)
     """
 

@@ -13,7 +13,7 @@ def positional_encoding(length, depth):
     cosines interleaved, each pair of features sharing one wavelength.
 
     Example:
-    >>> positional_encoding(50, 16).shape
+    >>> tuple(positional_encoding(50, 16).shape)
     (50, 16)
     """
     return sinusoids(ops.arange(length), depth)
@@ -53,7 +53,7 @@ class PositionalEmbedding(keras.layers.Layer):
 
     Example:
     >>> embedding = PositionalEmbedding(vocab_size=100, hidden_dim=16)
-    >>> embedding(keras.ops.ones((2, 7), dtype="int32")).shape
+    >>> tuple(embedding(keras.ops.ones((2, 7), dtype="int32")).shape)
     (2, 7, 16)
     """
 

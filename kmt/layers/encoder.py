@@ -66,7 +66,7 @@ class EncoderLayer(keras.layers.Layer):
 
     Example:
     >>> layer = EncoderLayer(hidden_dim=16, num_heads=2, intermediate_dim=32)
-    >>> layer(keras.ops.ones((2, 5, 16))).shape
+    >>> tuple(layer(keras.ops.ones((2, 5, 16))).shape)
     (2, 5, 16)
     """
 

@@ -20,7 +20,7 @@ class FeedForward(keras.layers.Layer):
         training: bool. Dropout acts only when True.
 
     Example:
-    >>> FeedForward(hidden_dim=8, intermediate_dim=32)(keras.ops.ones((2, 3, 8))).shape
+    >>> tuple(FeedForward(hidden_dim=8, intermediate_dim=32)(keras.ops.ones((2, 3, 8))).shape)
     (2, 3, 8)
     """
 

@@ -14,8 +14,8 @@ from kmt.run_dir import RunLock
 
 
 def train(cfg, run_dir):
-    """Trains (or resumes) the run in `run_dir` and returns its validation `cfg.trainer.objective`, which a Hydra
-    sweeper can optimise."""
+    """Trains (or resumes) the run in `run_dir` and returns its metrics (`metrics.json`'s: train, val, test, export;
+    None on a distributed run's workers other than the chief). `cfg` is read, never changed."""
     # Imported here, not above: the callbacks modules need no TensorFlow, and the JAX bench imports them without it.
     from kmt.training.finish import finish
     from kmt.training.fit import fit
@@ -24,13 +24,12 @@ def train(cfg, run_dir):
     from kmt.training.distribute import check, quiet_worker, worker
 
     run_dir = Path(run_dir)
-    config_lib.validate(cfg)
+    cfg = config_lib.validated(cfg)
     check(cfg)
     if worker(cfg):
-        quiet_worker(cfg)
+        quiet_worker()
     # A distributed run's workers share the run directory, which only the chief (process 0) writes and locks.
     with RunLock(run_dir) if not worker(cfg) else contextlib.nullcontext():
-        prepared = prepare(cfg, run_dir)
-        fitted = fit(cfg, prepared)
-        metrics = finish(cfg, prepared, fitted)
-    return metrics["val"][cfg.trainer.objective] if metrics else None
+        prepared = prepare(cfg, run_dir, verbose=0 if worker(cfg) else None)
+        fitted = fit(prepared.cfg, prepared)
+        return finish(prepared.cfg, prepared, fitted)

@@ -129,15 +129,14 @@ def place(cfg):
     return placement
 
 
-def quiet_worker(cfg):
-    """A worker other than the chief writes no file: its log goes to stderr only (not the run's train.log), without
-    a progress bar."""
+def quiet_worker():
+    """A worker other than the chief writes no file: its log goes to stderr only (not the run's train.log) (and it
+    shows no progress bar: `prepare(..., verbose=0)`)."""
     root = logging.getLogger()
     for handler in list(root.handlers):
         if isinstance(handler, logging.FileHandler):
             root.removeHandler(handler)
             handler.close()
-    cfg.trainer.verbose = 0
 
 
 def local_copy(weights, build):

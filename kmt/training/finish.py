@@ -5,8 +5,6 @@ import importlib.util
 import json
 import logging
 import os
-import subprocess
-import sys
 from dataclasses import replace
 
 import keras
@@ -85,31 +83,57 @@ def train_stats(split, fitted, updates_per_epoch, model, steps):
 
 def export(cfg, prepared, run):
     """Writes the SavedModel of the scored weights to `run.export`; returns its size in bytes, or None when this
-    machine cannot make it. Under TensorFlow it traces `prepared.decoder` here. Under JAX and PyTorch the SavedModel
-    is a TensorFlow graph all the same, so `kmt-export` makes it in a TensorFlow process from the run's checkpoints
-    (this process never imports TensorFlow); without TensorFlow the run says how to make it elsewhere."""
-    if keras.backend.backend() == "tensorflow":
-        from kmt.inference.export import export_translator
-        from kmt.inference.translator import build_translator
+    machine cannot make it. Under TensorFlow it exports `prepared.decoder` here. Under JAX and PyTorch the SavedModel
+    is a TensorFlow graph all the same, so `kmt.export` makes it from the run's checkpoints in a TensorFlow process
+    of its own (this process never imports TensorFlow); without TensorFlow the run says how to make it elsewhere."""
+    from kmt.inference.exporters import exporter, search_settings
 
-        return export_translator(build_translator(prepared.decoder, prepared.vocabularies, cfg.decode), run.export)
-    average = ["--average", str(cfg.trainer.average_last)] if cfg.trainer.average_last > 1 else []
-    command = ["kmt-export", str(run.root), *average]
-    if importlib.util.find_spec("tensorflow") is not None:
-        # On the CPU: the accelerator stays with this process, and TensorFlow might find another stack's CUDA.
-        environment = os.environ | {"KERAS_BACKEND": "tensorflow", "CUDA_VISIBLE_DEVICES": ""}
-        result = subprocess.run([sys.executable, "-m", "kmt.cli.export", str(run.root), *average],
-                                env=environment, capture_output=True, text=True)
-        if result.returncode == 0:
-            logger.info("exported the SavedModel to %s (kmt-export, under TensorFlow)", run.export)
-            return sum(path.stat().st_size for path in run.export.rglob("*") if path.is_file())
-        lines = result.stderr.strip().splitlines()
-        logger.warning("no SavedModel: `%s` under TensorFlow failed (%s); run it where TensorFlow works",
-                       " ".join(command), lines[-1] if lines else f"exit status {result.returncode}")
+    if keras.backend.backend() == "tensorflow":
+        exporter("savedmodel").export([prepared.decoder], prepared.vocabularies, search_settings(cfg.decode),
+                                      run.export)
+        return _size(run.export)
+    average = cfg.trainer.average_last if cfg.trainer.average_last > 1 else None
+    command = f"kmt-export {run.root}" + (f" --average {average}" if average else "")
+    if importlib.util.find_spec("tensorflow") is None:
+        logger.warning("no SavedModel: it needs TensorFlow, which is not installed here; run `%s` where TensorFlow "
+                       "is installed to make it", command)
         return None
-    logger.warning("no SavedModel: it needs TensorFlow, which is not installed here; run `%s` where TensorFlow is "
-                   "installed to make it", " ".join(command))
-    return None
+    try:
+        in_tensorflow_process(_export_run, str(run.root), average)
+    except Exception as error:  # noqa: BLE001 (any failure there leaves the run as it is, saying what to run)
+        lines = str(error).strip().splitlines()
+        logger.warning("no SavedModel: exporting under TensorFlow failed (%s); run `%s` where TensorFlow works",
+                       lines[-1] if lines else type(error).__name__, command)
+        return None
+    logger.info("exported the SavedModel to %s (under TensorFlow, in a process of its own)", run.export)
+    return _size(run.export)
+
+
+def _export_run(run_dir, average):
+    from kmt.inference.exporters import export
+
+    export(run_dir, average=average)
+
+
+def in_tensorflow_process(fn, *args):
+    """`fn(*args)` in a fresh process (`spawn`) whose Keras backend is TensorFlow, on the CPU (the accelerator stays
+    with this process, and TensorFlow might find another stack's CUDA); its exception is raised here."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    saved = {key: os.environ.get(key) for key in ("KERAS_BACKEND", "CUDA_VISIBLE_DEVICES")}
+    os.environ.update(KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="")  # what the spawned process starts with
+    try:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return pool.submit(fn, *args).result()
+    finally:
+        os.environ.update({key: value for key, value in saved.items() if value is not None})
+        for key in (key for key, value in saved.items() if value is None):
+            os.environ.pop(key, None)
+
+
+def _size(directory):
+    return sum(path.stat().st_size for path in directory.rglob("*") if path.is_file())
 
 
 def evaluate_split(model, translate_batch, data, text, decode_cfg, tokenized=False):

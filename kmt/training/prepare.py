@@ -7,12 +7,14 @@ tf.data under TensorFlow and a Keras `PyDataset` under JAX and PyTorch; nothing 
 """
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import keras
+from omegaconf import OmegaConf
 
 from kmt import backend
+from kmt import config as config_lib
 from kmt.build import build_model, build_schedule, compile_model
 from kmt.checkpoints import init_source, load_weights
 from kmt.data.batches import Batcher, keras_data
@@ -27,9 +29,29 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
+class Resolved:
+    """What a run decides that its config leaves open, kept apart from the (read-only) config and recorded with it
+    in the run's `config.yaml` (`run_config`)."""
+
+    precision: str  # trainer.precision=auto: float32, or mixed_bfloat16 / mixed_float16 on an accelerator
+    jit_compile: bool  # trainer.jit_compile=auto: XLA on an accelerator
+    verbose: int  # trainer.verbose, or 0 (no progress bar) on a distributed run's workers other than the chief
+    data: dict = field(default_factory=dict)  # data=prepared: the batching settings of the prepared directory
+
+
+def run_config(cfg, resolved):
+    """The config a run trained with: `cfg` with what the run `resolved`, read-only (`config.yaml` records it)."""
+    merged = OmegaConf.merge(cfg, {"trainer": {"precision": resolved.precision, "jit_compile": resolved.jit_compile,
+                                               "verbose": resolved.verbose}, "data": resolved.data})
+    OmegaConf.set_readonly(merged, True)
+    return merged
+
+
+@dataclass
 class Prepared:
     """What `fit` and `finish` work on."""
 
+    cfg: Any  # the run's config (`run_config`): what fit and finish read, and config.yaml records
     run: RunDir
     data: PreparedData
     vocabularies: Vocabularies
@@ -48,16 +70,18 @@ class Prepared:
     build: Callable  # a compiled model like `model`, on this process alone (what `finish` works on when distributed)
 
 
-def prepare(cfg, run_dir):
+def prepare(cfg, run_dir, verbose=None):
     """Seeds, sets the precision and builds the run's data and model; a resumed run (one with a resume state) starts
     its stream after the batches of its finished epochs, a fine-tuning run (`trainer.init_from`) from another run's
-    vocabulary and weights."""
+    vocabulary and weights. `cfg` is read, never changed: what the run resolves (`Resolved`: the precision, XLA,
+    a prepared directory's batching, `verbose` when given) makes `Prepared.cfg`."""
     backend.keep_tensorflow_out()
     placement = place(cfg)  # first: a JAX process joins its cluster before it computes anything
     keras.utils.set_random_seed(cfg.seed)
-    cfg.trainer.precision = backend.resolve_precision(cfg.trainer.precision)  # config.yaml records what ran
-    cfg.trainer.jit_compile = backend.resolve_jit_compile(cfg.trainer.jit_compile)
-    keras.config.set_dtype_policy(cfg.trainer.precision)
+    resolved = Resolved(backend.resolve_precision(cfg.trainer.precision),
+                        backend.resolve_jit_compile(cfg.trainer.jit_compile),
+                        cfg.trainer.verbose if verbose is None else verbose)
+    keras.config.set_dtype_policy(resolved.precision)
     logger.info("Keras %s backend, %s, XLA %s", backend.name(), cfg.trainer.precision,
                 "on" if cfg.trainer.jit_compile else "off")
     run = RunDir(run_dir)
@@ -70,6 +94,10 @@ def prepare(cfg, run_dir):
         init_run, init_weights = init_source(cfg.trainer.init_from, cfg.model)
 
     data, vocabularies = prepared_data(cfg, run, init_run, writes=placement.chief)
+    if cfg.data.name == "prepared":
+        resolved.data = inherited_data_settings(cfg.data, data.config().data)
+    cfg = run_config(cfg, resolved)
+    config_lib.validate(cfg)  # data=prepared: its batching settings, now known
     train = data.split("train")
     if not len(train):
         raise KmtError(f"no training pairs left after filtering empty and over-long pairs ({train.dropped})")
@@ -120,7 +148,7 @@ def prepare(cfg, run_dir):
     # A distributed model's variables are spread over devices: the decoder is a copy on this process alone.
     own = cfg.trainer.precision == "float32" and not placement.distributed
     decoder = model if own else build_model(cfg.model, *sizes, "float32")
-    return Prepared(run, data, vocabularies, texts, train_batches.epoch_rows, train_data, evaluation_data("val"),
+    return Prepared(cfg, run, data, vocabularies, texts, train_batches.epoch_rows, train_data, evaluation_data("val"),
                     evaluation_data, steps_per_epoch, updates_per_epoch, total_steps, schedule, model, decoder,
                     placement, build)
 
@@ -142,7 +170,6 @@ def prepared_data(cfg, run, init_run=None, writes=True):
             whose = "this run's tokenizer/" if own else f"the vocabulary of {init_run} (trainer.init_from)"
             raise ConfigError(f"data.path={cfg.data.path} holds another vocabulary than {whose}; prepare it with "
                               f"data.vocabulary={run.tokenizer if own else init_run}")
-        inherit_data_settings(cfg, data.config().data)
     else:
         if given is not None and not own:
             logger.info("using the vocabulary of %s (data.tokenizer is not used)", init_run)
@@ -154,22 +181,17 @@ def prepared_data(cfg, run, init_run=None, writes=True):
     return data, data.vocabularies
 
 
-# What a prepared directory's own config decides about its data, unless the command line sets it again.
-DATA_SETTINGS = ("tokenized", "max_tokens", "batch_size", "bucket_width", "pad_to_bucket", "subword_sampling")
+# What a prepared directory's own config decides about its data, unless the run's config sets it again.
+DATA_SETTINGS = ("max_tokens", "batch_size", "bucket_width", "pad_to_bucket", "subword_sampling")
 
 
-def inherit_data_settings(cfg, prepared_data_cfg):
-    """`data=prepared` replaces the corpus's data option (`data/multi30k.yaml`), so its batching values would fall
-    back to the schema's: they come from the config the data was prepared with instead, unless given on the command
-    line (`data.max_tokens=...`). `data.tokenized` (how BLEU is computed) always comes from there."""
-    from hydra.core.hydra_config import HydraConfig
-
-    given = set()
-    if HydraConfig.initialized():
-        given = {override.split("=", 1)[0].lstrip("+~") for override in HydraConfig.get().overrides.task}
-    for key in DATA_SETTINGS:
-        if key in prepared_data_cfg and (key == "tokenized" or f"data.{key}" not in given):
-            cfg.data[key] = prepared_data_cfg[key]
+def inherited_data_settings(data_cfg, prepared_data_cfg):
+    """`data=prepared` replaces the corpus's data option (`data/multi30k.yaml`): its batching settings are null
+    there (`conf/data/prepared.yaml`) and come from the config the data was prepared with, unless set
+    (`data.max_tokens=...`). `data.tokenized` (how BLEU is computed) always comes from there."""
+    inherited = {key: prepared_data_cfg[key] for key in DATA_SETTINGS
+                 if data_cfg[key] is None and key in prepared_data_cfg}
+    return inherited | {"tokenized": prepared_data_cfg.get("tokenized", False)}
 
 
 def subword_sampling(cfg, train, vocabularies):
