@@ -50,7 +50,7 @@ class Transformer(Seq2SeqModel):
     Example:
     >>> model = Transformer(vocab_size=100, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32)
     >>> source = keras.ops.ones((2, 7), dtype="int32")
-    >>> model({"source": source, "target_in": keras.ops.ones((2, 5), dtype="int32")}).shape
+    >>> tuple(model({"source": source, "target_in": keras.ops.ones((2, 5), dtype="int32")}).shape)
     (2, 5, 100)
     """
 
