@@ -69,7 +69,7 @@ def main(argv=None):
     args = parse_args(argv)  # before TensorFlow is imported (seconds): --help and usage errors answer at once
     import kmt  # noqa: F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
     from kmt.data.buckets import bucket_edges
-    from kmt.data.pipeline import count_batches, make_dataset
+    from text_pipeline import count_batches, make_dataset
 
     cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)
     max_length = cfg.model.max_length

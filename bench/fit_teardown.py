@@ -10,10 +10,10 @@ out its period first. When it does, `fit` returns up to a period after its last 
 
 The experiment's config is composed as kmt-train composes it (trailing arguments are Hydra overrides). Each fit trains
 the experiment's model for `--steps` steps on a fresh, seeded, shuffled, repeated training stream from
-`kmt.data.pipeline.make_dataset`, exactly as kmt-train builds it, with autotuning set on or off. One untimed round
-traces; then each of `--repeats` rounds runs both settings, alternating which goes first. Per setting: the steps'
-time (kmt's epoch clock, `common.fit_seconds`), the whole `fit` call, the seconds between the two (the teardown),
-and how many fits took over a second to tear down. Nothing is asserted.
+`text_pipeline.make_dataset` (the text pipeline kmt-train used before prepared data), autotuning on or off. One
+untimed round traces; then each of `--repeats` rounds runs both settings, alternating which goes first. Per setting:
+the steps' time (kmt's epoch clock, `common.fit_seconds`), the whole `fit` call, the seconds between the two (the
+teardown), and how many fits took over a second to tear down. Nothing is asserted.
 """
 
 import argparse
@@ -42,7 +42,7 @@ def parse_args(argv=None):
 def stream(train, cfg, seed, autotune):
     import tensorflow as tf
 
-    from kmt.data.pipeline import make_dataset
+    from text_pipeline import make_dataset
 
     dataset = make_dataset(train, cfg.model.max_length, max_tokens=cfg.data.max_tokens,
                            batch_size=cfg.data.batch_size, bucket_width=cfg.data.bucket_width, shuffle=True,

@@ -7,7 +7,7 @@ preparing a large corpus takes. Three parts, each printing a table; one JSON lin
 
 throughput: the recipe's training batches through two pipelines into one compiled model (TensorFlow backend), side by
     side in one process: "today" is the tf.data text pipeline training used before prepared data
-    (`kmt.data.pipeline.make_dataset` over `encode_split` of the train split; with `data.subword_sampling`, its
+    (`text_pipeline.make_dataset` over `encode_split` of the train split; with `data.subword_sampling`, its
     `subword_sampler` tokenizes each pass afresh), "prepared" is `kmt.data.batches.Batcher` over the shards of
     `kmt.data.prepared.prepare_data`, through `keras_data` (tf.data), as kmt-train builds it. Both use the same
     vocabulary and start each fit from the same initial weights; each round fits one epoch of each (or `--steps`
@@ -78,7 +78,7 @@ def throughput(args, workdir):
 
     from kmt.data import load_corpus
     from kmt.data.batches import Batcher, keras_data
-    from kmt.data.pipeline import count_batches, encode_split, make_dataset, resample, subword_sampler
+    from text_pipeline import count_batches, encode_split, make_dataset, resample, subword_sampler
     from kmt.data.prepared import prepare_data
     from kmt.training.prepare import subword_sampling
 
