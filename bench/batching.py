@@ -67,7 +67,7 @@ def fill(dataset):
 
 def main(argv=None):
     args = parse_args(argv)  # before TensorFlow is imported (seconds): --help and usage errors answer at once
-    import kmt  # noqa: F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
+    import kmt.cli  # noqa: F401  (before TensorFlow: a command's quiet start-up, without TensorFlow's lines)
     from kmt.data.buckets import bucket_edges
     from text_pipeline import count_batches, make_dataset
 

@@ -54,7 +54,7 @@ def stream(train, cfg, seed, autotune):
 
 def main(argv=None):
     args = parse_args(argv)  # before TensorFlow is imported (seconds): --help and usage errors answer at once
-    import kmt  # noqa: F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
+    import kmt.cli  # noqa: F401  (before TensorFlow: a command's quiet start-up, without TensorFlow's lines)
     cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)
     model = recipe_model(cfg, vocabularies, 10 * args.steps * (args.repeats + 1))
     print(f"{args.experiment}: {len(train):,} training pairs; {model.count_params():,} parameters, "

@@ -73,7 +73,7 @@ def textbook_losses(label_smoothing):
 
 def main(argv=None):
     args = parse_args(argv)  # before TensorFlow is imported (seconds): --help and usage errors answer at once
-    import kmt  # noqa: F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
+    import kmt.cli  # noqa: F401  (before TensorFlow: a command's quiet start-up, without TensorFlow's lines)
     cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)
     stream, tokens, total_steps = recipe_steps(cfg, train, args.steps)
     models = {"kmt": recipe_model(cfg, vocabularies, total_steps)}

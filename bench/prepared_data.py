@@ -263,7 +263,7 @@ def memory(args, workdir):
 
 def main(argv=None):
     args = parse_args(argv)  # before TensorFlow is imported (seconds): --help and usage errors answer at once
-    import kmt  # noqa: F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
+    import kmt.cli  # noqa: F401  (before TensorFlow: a command's quiet start-up, without TensorFlow's lines)
 
     print(f"hardware: {hardware()}", flush=True)
     results = {}

@@ -86,7 +86,7 @@ def summed(times, key):
 
 def main(argv=None):
     args = parse_args(argv)  # before TensorFlow is imported (seconds): --help and usage errors answer at once
-    import kmt  # noqa: F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
+    import kmt.cli  # noqa: F401  (before TensorFlow: a command's quiet start-up, without TensorFlow's lines)
     import tensorflow as tf
 
     cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)

@@ -67,7 +67,7 @@ def variant_configs(base, specs):
 
 def main(argv=None):
     args = parse_args(argv)  # before TensorFlow is imported (seconds): --help and usage errors answer at once
-    import kmt  # noqa: F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
+    import kmt.cli  # noqa: F401  (before TensorFlow: a command's quiet start-up, without TensorFlow's lines)
     cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)
     configs = variant_configs(cfg, args.variant)
     stream, tokens, total_steps = recipe_steps(cfg, train, args.steps)

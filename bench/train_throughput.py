@@ -344,7 +344,7 @@ def time_epochs(runners, steps, warmup, repeats):
 
 def main(argv=None):
     args = parse_args(argv)  # before Keras imports TensorFlow (seconds): --help and usage errors answer at once
-    import kmt  # noqa: F401  (before keras: its import keeps TensorFlow's start-up lines out of the output)
+    import kmt.cli  # noqa: F401  (before keras: a command's quiet start-up, without TensorFlow's lines)
     import keras
 
     args.jit_compile = args.jit_compile or keras.backend.backend() == "jax"

@@ -13,7 +13,7 @@ keras = pytest.importorskip("keras")
 if keras.backend.backend() != "tensorflow":
     pytest.skip("the translator and the SavedModel need the TensorFlow backend", allow_module_level=True)
 
-import kmt  # noqa: E402,F401  (registers kmt's layers for loading)
+import kmt.layers  # noqa: E402,F401  (registers kmt's layers for loading)
 from kmt.inference.translator import build_translator  # noqa: E402
 from kmt.checkpoints import load_run_model  # noqa: E402
 from kmt.cli.common import load_export  # noqa: E402
