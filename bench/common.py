@@ -1,6 +1,7 @@
 """What every benchmark in bench/ shares: the machine's name, medians, a markdown table and one JSON line.
 
-Benchmarks print figures measured side by side in one process; nothing here asserts a speed.
+Benchmarks print figures measured side by side in one process; nothing here asserts a speed. Each is a command, so
+importing this turns on kmt's commands' quiet start-up (TensorFlow's start-up lines kept out of the output).
 """
 
 import json
@@ -11,6 +12,10 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+from kmt._startup import quiet_startup
+
+quiet_startup()
 
 
 def hardware(cpuinfo=None):
@@ -100,8 +105,8 @@ def recipe_training_split(experiment, overrides=()):
     from omegaconf import OmegaConf
 
     from kmt.data import load_corpus
-    from text_pipeline import encode_split
     from kmt.tokenizer import Vocabularies
+    from text_pipeline import encode_split
 
     cfg = recipe_config(experiment, overrides)
     keras.utils.set_random_seed(cfg.seed)  # before the tokenizer: TF's seed reset drops SentencePiece resources

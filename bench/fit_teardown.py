@@ -23,8 +23,16 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from common import (add_recipe_arguments, fit_seconds, median, print_json, print_table,  # noqa: E402
-                    recipe_model, recipe_training_split, require_positive)
+from common import (  # noqa: E402
+    add_recipe_arguments,
+    fit_seconds,
+    median,
+    print_json,
+    print_table,
+    recipe_model,
+    recipe_training_split,
+    require_positive,
+)
 
 SETTINGS = ("on", "off")
 
@@ -54,7 +62,6 @@ def stream(train, cfg, seed, autotune):
 
 def main(argv=None):
     args = parse_args(argv)  # before TensorFlow is imported (seconds): --help and usage errors answer at once
-    import kmt.cli  # noqa: F401  (before TensorFlow: a command's quiet start-up, without TensorFlow's lines)
     cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)
     model = recipe_model(cfg, vocabularies, 10 * args.steps * (args.repeats + 1))
     print(f"{args.experiment}: {len(train):,} training pairs; {model.count_params():,} parameters, "

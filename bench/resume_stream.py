@@ -41,7 +41,6 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)  # before Keras is imported (seconds): --help and usage errors answer at once
-    import kmt.cli  # noqa: F401  (before TensorFlow: a command's quiet start-up, without TensorFlow's lines)
     import keras
 
     from kmt import backend

@@ -262,6 +262,7 @@ def build_runners(args, sizes, batches):
     if "torch" in args.frameworks:
         try:
             import torch
+
             import torch_transformer
         except ImportError as error:
             print(f"torch: skipped ({error}; install it with `pip install torch==2.13.0`)")
@@ -344,8 +345,8 @@ def time_epochs(runners, steps, warmup, repeats):
 
 def main(argv=None):
     args = parse_args(argv)  # before Keras imports TensorFlow (seconds): --help and usage errors answer at once
-    import kmt.cli  # noqa: F401  (before keras: a command's quiet start-up, without TensorFlow's lines)
     import keras
+
 
     args.jit_compile = args.jit_compile or keras.backend.backend() == "jax"
     sizes = PRESETS[args.preset]

@@ -11,8 +11,8 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
-from kmt.plots import plot_curves, read_history
 from kmt.errors import KmtError
+from kmt.plots import plot_curves, read_history
 from kmt.run_dir import RunDir
 
 logger = logging.getLogger(__name__)

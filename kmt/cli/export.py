@@ -107,8 +107,8 @@ def main(argv=None):
         for other in map(RunDir, others):
             other.read_config()  # a run directory
             if not Vocabularies.load(other.tokenizer).same_as(vocabularies):
-                raise KmtError(f"--ensemble: {other.root} has another vocabulary than {run_dir}; an ensemble's runs must "
-                               "share one (train them on the same data with the same data.tokenizer settings)")
+                raise KmtError(f"--ensemble: {other.root} has another vocabulary than {run_dir}; an ensemble's runs "
+                               "must share one (train them on the same data with the same data.tokenizer settings)")
         runs = [run_dir, *others]
         weights = [  # each run's weights files: the last N epochs to average, or the one checkpoint
             RunDir(member).checkpoints.last(args.average) if args.average

@@ -138,7 +138,7 @@ def main(argv=None):
                 out.flush()  # out before the next lines are read, so a pipe or a terminal sees it now
         except BrokenPipeError:  # the reader left (`kmt-translate ... | head`): stop quietly, as Unix tools do
             os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())  # so closing `out` cannot raise again
-            raise SystemExit(141)  # 128 + SIGPIPE, what a shell reports for a tool killed by a closed pipe
+            raise SystemExit(141) from None  # 128 + SIGPIPE, what a shell reports for a tool killed by a closed pipe
     if args.attention_plots:
         plot_attention(Path(args.export_dir).resolve().parent, plotted, args.attention_plots)
 
@@ -167,8 +167,8 @@ def plot_attention(run_dir, sentences, directory):
         import keras
 
         import kmt  # noqa: F401  (registers kmt's layers for loading)
-        from kmt.tokenizer import Vocabularies
         from kmt.plots import save_attention_plots
+        from kmt.tokenizer import Vocabularies
 
         model = keras.saving.load_model(run.model, compile=False)
         paths = save_attention_plots(model, Vocabularies.load(run.tokenizer), sentences, directory)
