@@ -84,10 +84,10 @@ def parse_args(argv=None):
 def measure(kind, length, args):
     """Builds one layer and a random `(B, n, D)` input, times the compiled call; returns ms and memory in MiB."""
     # Imported here: only the worker processes need TensorFlow; the main process fits and plots.
-    from kmt.layers import EncoderLayer, MultiHeadAttention  # first: kmt keeps TensorFlow's start-up lines out
-
     import keras
     import tensorflow as tf
+
+    from kmt.layers import EncoderLayer, MultiHeadAttention
 
     policy = PRECISIONS[args.precision][0]
     shape = (args.batch_size, length, args.hidden_dim)  # (B, n, D)

@@ -28,8 +28,16 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from common import (add_recipe_arguments, fit_seconds, median, print_json, print_table,  # noqa: E402
-                    recipe_model, recipe_training_split, require_positive)
+from common import (  # noqa: E402
+    add_recipe_arguments,
+    fit_seconds,
+    median,
+    print_json,
+    print_table,
+    recipe_model,
+    recipe_training_split,
+    require_positive,
+)
 
 
 def parse_args(argv=None):
@@ -67,9 +75,8 @@ def fill(dataset):
 
 def main(argv=None):
     args = parse_args(argv)  # before TensorFlow is imported (seconds): --help and usage errors answer at once
-    import kmt  # noqa: F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
     from kmt.data.buckets import bucket_edges
-    from kmt.data.pipeline import count_batches, make_dataset
+    from text_pipeline import count_batches, make_dataset
 
     cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)
     max_length = cfg.model.max_length
@@ -117,7 +124,8 @@ def main(argv=None):
                        ("sentences_per_batch", "sentences/batch"), ("source_fill", "source fill"),
                        ("target_fill", "target fill"), ("ms_per_step", "ms/step"),
                        ("target_tokens_per_step", "target tokens/step"), ("tokens_per_second", "target tok/s"),
-                       ("epoch_seconds", "epoch s (projected)"), ("speed_ratio", f"tok/s vs width {base['bucket_width']}"),
+                       ("epoch_seconds", "epoch s (projected)"),
+                       ("speed_ratio", f"tok/s vs width {base['bucket_width']}"),
                        ("epoch_ratio", f"epoch vs width {base['bucket_width']}")])
     print_json("batching", experiment=args.experiment, overrides=args.overrides, steps=args.steps,
                repeats=args.repeats, precision=cfg.trainer.precision, parameters=model.count_params(),

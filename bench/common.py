@@ -1,6 +1,7 @@
 """What every benchmark in bench/ shares: the machine's name, medians, a markdown table and one JSON line.
 
-Benchmarks print figures measured side by side in one process; nothing here asserts a speed.
+Benchmarks print figures measured side by side in one process; nothing here asserts a speed. Each is a command, so
+importing this turns on kmt's commands' quiet start-up (TensorFlow's start-up lines kept out of the output).
 """
 
 import json
@@ -11,6 +12,10 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+from kmt._startup import quiet_startup
+
+quiet_startup()
 
 
 def hardware(cpuinfo=None):
@@ -100,8 +105,8 @@ def recipe_training_split(experiment, overrides=()):
     from omegaconf import OmegaConf
 
     from kmt.data import load_corpus
-    from kmt.data.pipeline import encode_split
     from kmt.tokenizer import Vocabularies
+    from text_pipeline import encode_split
 
     cfg = recipe_config(experiment, overrides)
     keras.utils.set_random_seed(cfg.seed)  # before the tokenizer: TF's seed reset drops SentencePiece resources
@@ -128,7 +133,7 @@ def recipe_steps(cfg, train, steps):
     """The first `steps` batches of the seeded, shuffled, repeated training stream kmt-train makes from `train`,
     cached (so a bench does not time the input pipeline), their real target tokens, and the updates of a whole run
     (what `recipe_model` plans its schedule for): `(stream, tokens, total_steps)`."""
-    from kmt.data.pipeline import count_batches, make_dataset
+    from text_pipeline import count_batches, make_dataset
 
     batching = dict(max_length=cfg.model.max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size)
     total_steps = cfg.trainer.epochs * count_batches(train, **batching, bucket_width=cfg.data.bucket_width,
@@ -161,7 +166,7 @@ def fit_seconds(model, data, steps):
     tf.data autotuning on that sometimes sat idle for 15-17 s on the 2-core AMD EPYC (the main thread joining the
     iterator's autotuning thread, which slept out its period first; `bench/fit_teardown.py`), which doubled a 20-step
     bench's step time. kmt's pipelines and `train_throughput.py`'s synthetic stream now turn autotuning off
-    (`kmt.data.pipeline.without_autotune`); the clock still leaves the teardown out, so that a stream built any
+    (`kmt.data.batches.without_autotune`); the clock still leaves the teardown out, so that a stream built any
     other way cannot skew it.
     """
     from kmt.training.logs import TrainingStats

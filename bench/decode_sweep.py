@@ -6,9 +6,10 @@
 The run's model (its last epoch checkpoint, or the average of its last `--average` epoch checkpoints, as
 `trainer.average_last` and `kmt-export --average` make it) is wrapped in `kmt.inference.translator.Translator` once
 per setting, the same graph `kmt-export` saves, and translates the run's `--split` (default `val`: choose search
-settings on val, report test only once). Each row gives sacreBLEU and chrF on raw text, the lowercased Moses-tokenized BLEU when the
-corpus has `tok/` references (Multi30k), and the length ratio hypothesis / reference (sacreBLEU's, 13a tokens):
-below 1.0 the brevity penalty is costing BLEU. Training is not touched; nothing is written unless `--out` is given.
+settings on val, report test only once). Each row gives sacreBLEU and chrF on raw text, the lowercased
+Moses-tokenized BLEU when the corpus has `tok/` references (Multi30k), and the length ratio hypothesis / reference
+(sacreBLEU's, 13a tokens): below 1.0 the brevity penalty is costing BLEU. Training is not touched; nothing is
+written unless `--out` is given.
 
 To choose settings that generalize rather than fit one split, each row also scores the split's first and second
 halves apart (tokenized BLEU where there are `tok/` references, else sacreBLEU), and the last line names the chosen
@@ -77,13 +78,13 @@ def choose(rows):
 
 def main(argv=None):
     args = parse_args(argv)
-    from kmt.inference.translator import build_translator
     from kmt.checkpoints import average_checkpoints, load_run_model
     from kmt.data import load_corpus
     from kmt.errors import KmtError
-    from kmt.run_dir import RunDir
     from kmt.inference.translate import batch_fn, translate_lines
+    from kmt.inference.translator import build_translator
     from kmt.metrics import tokenized_bleu, translation_scores
+    from kmt.run_dir import RunDir
 
     try:
         cfg, vocabularies, model = load_run_model(args.run_dir)

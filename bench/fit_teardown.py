@@ -10,10 +10,10 @@ out its period first. When it does, `fit` returns up to a period after its last 
 
 The experiment's config is composed as kmt-train composes it (trailing arguments are Hydra overrides). Each fit trains
 the experiment's model for `--steps` steps on a fresh, seeded, shuffled, repeated training stream from
-`kmt.data.pipeline.make_dataset`, exactly as kmt-train builds it, with autotuning set on or off. One untimed round
-traces; then each of `--repeats` rounds runs both settings, alternating which goes first. Per setting: the steps'
-time (kmt's epoch clock, `common.fit_seconds`), the whole `fit` call, the seconds between the two (the teardown),
-and how many fits took over a second to tear down. Nothing is asserted.
+`text_pipeline.make_dataset` (the text pipeline kmt-train used before prepared data), autotuning on or off. One
+untimed round traces; then each of `--repeats` rounds runs both settings, alternating which goes first. Per setting:
+the steps' time (kmt's epoch clock, `common.fit_seconds`), the whole `fit` call, the seconds between the two (the
+teardown), and how many fits took over a second to tear down. Nothing is asserted.
 """
 
 import argparse
@@ -23,8 +23,16 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from common import (add_recipe_arguments, fit_seconds, median, print_json, print_table,  # noqa: E402
-                    recipe_model, recipe_training_split, require_positive)
+from common import (  # noqa: E402
+    add_recipe_arguments,
+    fit_seconds,
+    median,
+    print_json,
+    print_table,
+    recipe_model,
+    recipe_training_split,
+    require_positive,
+)
 
 SETTINGS = ("on", "off")
 
@@ -42,7 +50,7 @@ def parse_args(argv=None):
 def stream(train, cfg, seed, autotune):
     import tensorflow as tf
 
-    from kmt.data.pipeline import make_dataset
+    from text_pipeline import make_dataset
 
     dataset = make_dataset(train, cfg.model.max_length, max_tokens=cfg.data.max_tokens,
                            batch_size=cfg.data.batch_size, bucket_width=cfg.data.bucket_width, shuffle=True,
@@ -54,7 +62,6 @@ def stream(train, cfg, seed, autotune):
 
 def main(argv=None):
     args = parse_args(argv)  # before TensorFlow is imported (seconds): --help and usage errors answer at once
-    import kmt  # noqa: F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
     cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)
     model = recipe_model(cfg, vocabularies, 10 * args.steps * (args.repeats + 1))
     print(f"{args.experiment}: {len(train):,} training pairs; {model.count_params():,} parameters, "

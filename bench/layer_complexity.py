@@ -39,8 +39,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from attention_scaling import plain_log_labels
 from common import hardware, median, print_json, print_table, require_positive, timed
 
@@ -83,10 +81,10 @@ def compiled_step(name, length, args):
     """One layer's forward + backward as a tf.function, and a call that runs it on a random `(B, n, d)` input and
     waits for the gradients."""
     os.environ["KERAS_BACKEND"] = "tensorflow"
-    from kmt.layers import MultiHeadAttention  # first: kmt keeps TensorFlow's start-up lines out
-
     import keras
     import tensorflow as tf
+
+    from kmt.layers import MultiHeadAttention
 
     d = args.hidden_dim
     shape = (args.batch_size, length, d)  # (B, n, D)

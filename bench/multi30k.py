@@ -34,7 +34,8 @@ from pathlib import Path
 
 from common import CONFIG_DIR, hardware, recipe_config
 
-ANCHORS = {"en_de": "fairseq Transformer 4+4, d=128, avg 10, beam 5: 41.02", "de_en": "Transformer 3+3, d=256, greedy: 36.52"}
+ANCHORS = {"en_de": "fairseq Transformer 4+4, d=128, avg 10, beam 5: 41.02",
+           "de_en": "Transformer 3+3, d=256, greedy: 36.52"}
 
 
 def parse_args(argv=None):

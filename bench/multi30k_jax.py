@@ -56,8 +56,7 @@ def parse_args(argv=None):
 
 
 def kmt(command, *args, capture=False, env=None):
-    """`python -m kmt.cli.<command> args` with this repository on PYTHONPATH; its stdout when `capture`. A failure
-    ends the bench with the command's exit status, after its own error line."""
+    """`python -m kmt.cli.<command> args` (this repository on PYTHONPATH); its stdout if `capture`; exits on failure."""
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     result = subprocess.run([sys.executable, "-m", f"kmt.cli.{command}", *map(str, args)], text=True,
                             capture_output=capture, env=os.environ | {"PYTHONPATH": path} | (env or {}))
@@ -72,6 +71,7 @@ def prepare(args):
 
 
 def train(args):
+    import jax  # only asked for the device's kind once the run is done
     from omegaconf import OmegaConf
 
     recorded = args.prepared / ".hydra" / "overrides.yaml"
@@ -80,8 +80,6 @@ def train(args):
     overrides = [o for o in OmegaConf.load(recorded) if not o.lstrip("+").startswith("hydra.")]
     kmt("train", *overrides, "data=prepared", f"data.path={args.prepared.resolve()}", f"hydra.run.dir={args.out}",
         *args.overrides, env={"KERAS_BACKEND": os.environ.get("KERAS_BACKEND", "jax")})
-
-    import jax
 
     metrics = json.loads((args.out / "metrics.json").read_text())["train"]
     with open(args.out / "logs" / "history.csv", newline="", encoding="utf-8") as f:

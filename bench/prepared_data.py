@@ -7,7 +7,7 @@ preparing a large corpus takes. Three parts, each printing a table; one JSON lin
 
 throughput: the recipe's training batches through two pipelines into one compiled model (TensorFlow backend), side by
     side in one process: "today" is the tf.data text pipeline training used before prepared data
-    (`kmt.data.pipeline.make_dataset` over `encode_split` of the train split; with `data.subword_sampling`, its
+    (`text_pipeline.make_dataset` over `encode_split` of the train split; with `data.subword_sampling`, its
     `subword_sampler` tokenizes each pass afresh), "prepared" is `kmt.data.batches.Batcher` over the shards of
     `kmt.data.prepared.prepare_data`, through `keras_data` (tf.data), as kmt-train builds it. Both use the same
     vocabulary and start each fit from the same initial weights; each round fits one epoch of each (or `--steps`
@@ -40,8 +40,17 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from common import (add_recipe_arguments, fit_seconds, hardware, median, print_json, print_table,  # noqa: E402
-                    recipe_config, recipe_model, require_positive)
+from common import (  # noqa: E402
+    add_recipe_arguments,
+    fit_seconds,
+    hardware,
+    median,
+    print_json,
+    print_table,
+    recipe_config,
+    recipe_model,
+    require_positive,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("throughput", "prepare", "memory")
@@ -50,7 +59,8 @@ MEMORY_TARGET_MB = 1000  # the issue's 1 GB
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)} (default: all)")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"comma-separated, of {', '.join(PARTS)} (default: all)")
     parser.add_argument("--steps", type=int, default=0, help="throughput: batches a fit at most (default: 0, an epoch)")
     parser.add_argument("--repeats", type=int, default=2, help="throughput: timed rounds (default: 2)")
     parser.add_argument("--pairs", type=int, default=1_000_000, help="memory: synthetic pairs (default: 1,000,000)")
@@ -78,9 +88,9 @@ def throughput(args, workdir):
 
     from kmt.data import load_corpus
     from kmt.data.batches import Batcher, keras_data
-    from kmt.data.pipeline import count_batches, encode_split, make_dataset, resample, subword_sampler
     from kmt.data.prepared import prepare_data
     from kmt.training.prepare import subword_sampling
+    from text_pipeline import count_batches, encode_split, make_dataset, resample, subword_sampler
 
     cfg = recipe_config(args.experiment, args.overrides)
     keras.utils.set_random_seed(cfg.seed)  # before the tokenizer: TF's seed reset drops SentencePiece resources
@@ -263,7 +273,6 @@ def memory(args, workdir):
 
 def main(argv=None):
     args = parse_args(argv)  # before TensorFlow is imported (seconds): --help and usage errors answer at once
-    import kmt  # noqa: F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
 
     print(f"hardware: {hardware()}", flush=True)
     results = {}

@@ -26,8 +26,16 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from common import (add_recipe_arguments, fit_seconds, print_json, print_table, recipe_model,  # noqa: E402
-                    recipe_steps, recipe_training_split, require_positive)
+from common import (  # noqa: E402
+    add_recipe_arguments,
+    fit_seconds,
+    print_json,
+    print_table,
+    recipe_model,
+    recipe_steps,
+    recipe_training_split,
+    require_positive,
+)
 
 
 def parse_args(argv=None):
@@ -86,8 +94,8 @@ def summed(times, key):
 
 def main(argv=None):
     args = parse_args(argv)  # before TensorFlow is imported (seconds): --help and usage errors answer at once
-    import kmt  # noqa: F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
     import tensorflow as tf
+
 
     cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)
     stream, tokens, total_steps = recipe_steps(cfg, train, args.steps)

@@ -41,7 +41,6 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)  # before Keras is imported (seconds): --help and usage errors answer at once
-    import kmt  # noqa: F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
     import keras
 
     from kmt import backend

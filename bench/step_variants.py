@@ -20,8 +20,17 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from common import (add_recipe_arguments, fits_side_by_side, median, print_json, print_table,  # noqa: E402
-                    recipe_model, recipe_steps, recipe_training_split, require_positive)
+from common import (  # noqa: E402
+    add_recipe_arguments,
+    fits_side_by_side,
+    median,
+    print_json,
+    print_table,
+    recipe_model,
+    recipe_steps,
+    recipe_training_split,
+    require_positive,
+)
 
 BASE = "base"
 
@@ -67,7 +76,6 @@ def variant_configs(base, specs):
 
 def main(argv=None):
     args = parse_args(argv)  # before TensorFlow is imported (seconds): --help and usage errors answer at once
-    import kmt  # noqa: F401  (before TensorFlow: its import keeps TensorFlow's start-up lines out of the output)
     cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)
     configs = variant_configs(cfg, args.variant)
     stream, tokens, total_steps = recipe_steps(cfg, train, args.steps)

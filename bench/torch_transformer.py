@@ -15,9 +15,8 @@ import keras
 import torch
 from torch import nn
 
-from kmt.layers.embedding import positional_encoding
-
 from common import median, timed
+from kmt.layers.embedding import positional_encoding
 
 
 def noam(step, hidden_dim, warmup_steps):

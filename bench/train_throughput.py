@@ -175,7 +175,7 @@ def keras_dataset(batches):
     if keras.backend.backend() != "tensorflow":
         tf.config.set_visible_devices([], "GPU")  # tf.data only feeds; the accelerator belongs to the backend
     source, target_in, target_out = (np.concatenate(arrays) for arrays in zip(*batches))  # (N*B, L) each
-    from kmt.data.pipeline import without_autotune  # each fit would otherwise idle on release (fit_teardown.py)
+    from kmt.data.batches import without_autotune  # each fit would otherwise idle on release (fit_teardown.py)
 
     batch_size = len(batches[0][0])
     dataset = tf.data.Dataset.from_tensor_slices(({"source": source, "target_in": target_in}, target_out))
@@ -261,6 +261,7 @@ def build_runners(args, sizes, batches):
     if "torch" in args.frameworks:
         try:
             import torch
+
             import torch_transformer
         except ImportError as error:
             print(f"torch: skipped ({error}; install it with `pip install torch==2.13.0`)")
@@ -343,8 +344,8 @@ def time_epochs(runners, steps, warmup, repeats):
 
 def main(argv=None):
     args = parse_args(argv)  # before Keras imports TensorFlow (seconds): --help and usage errors answer at once
-    import kmt  # noqa: F401  (before keras: its import keeps TensorFlow's start-up lines out of the output)
     import keras
+
 
     args.jit_compile = args.jit_compile or keras.backend.backend() == "jax"
     sizes = PRESETS[args.preset]

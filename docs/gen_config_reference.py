@@ -13,6 +13,7 @@ import io
 import re
 import sys
 import tokenize
+import types
 import typing
 from pathlib import Path
 
@@ -74,7 +75,7 @@ def yaml_value(value):
 
 
 def type_name(annotation):
-    if typing.get_origin(annotation) is typing.Union:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):  # Optional[X] or X | None
         return " or ".join("null" if arg is type(None) else arg.__name__ for arg in typing.get_args(annotation))
     return annotation.__name__
 

@@ -1,4 +1,4 @@
-"""TensorFlow's native start-up lines, kept out of kmt's output.
+"""TensorFlow's native start-up lines, kept out of kmt's commands' output (`quiet_startup`, which `kmt.cli` turns on).
 
 TensorFlow 2.21 logs through Abseil, and Abseil writes every line logged before `absl::InitializeLog()` to stderr
 whatever `TF_CPP_MIN_LOG_LEVEL` says: on a machine without a GPU each process that imports TensorFlow and makes its
@@ -9,13 +9,19 @@ line but those `TF_CPP_MIN_LOG_LEVEL=2` (kmt's default) was meant to hide: Tenso
 Abseil's notice, the CPU-instruction notice's second line, and the CUDA probe's error, which on a machine without a
 GPU driver is no error. Python warnings and every other line, TensorFlow's other errors included, still reach the
 user. `TF_CPP_MIN_LOG_LEVEL=0` (or 1) turns the filter off.
+
+A library user's `import kmt` does none of this: only a command asks for it.
 """
 
 import contextlib
+import importlib.abc
+import importlib.machinery
 import os
 import re
 import sys
 import tempfile
+
+from kmt._missing_backend import backend_installed
 
 # Abseil's pre-initialization notice, TensorFlow's INFO and WARNING lines (`I0000 <time> <thread> file.cc:N] ...`),
 # the CPU-instruction notice's second line, and the CUDA probe's error on a machine without a GPU driver.
@@ -56,3 +62,66 @@ def filtered_startup_logs():
             if kept:
                 sys.stderr.write(kept)
                 sys.stderr.flush()
+
+
+def quiet_startup():
+    """For kmt's commands, from their start (`kmt.cli` calls it): `TF_CPP_MIN_LOG_LEVEL=2` unless the user set it
+    (before Keras imports JAX, which sets 1 otherwise, for the processes a sweep's launcher starts to inherit), and
+    the outermost import of Keras or TensorFlow, whenever it comes, run inside `filtered_startup_logs` with
+    TensorFlow's device probe (which logs from a thread of its own) done inside it too. A Keras backend that is not
+    installed is then one line naming what to install (`kmt._missing_backend`). Calling it again does nothing."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if any(isinstance(finder, _StartupFinder) for finder in sys.meta_path):
+        return
+    if {"keras", "tensorflow"} - set(sys.modules):
+        sys.meta_path.insert(0, _StartupFinder())
+    if {"keras", "tensorflow"} & set(sys.modules):
+        with filtered_startup_logs():
+            _probe_devices()
+
+
+def _probe_devices():
+    """TensorFlow's devices found, once it is imported, so that its device probe's lines meet the filter."""
+    if "tensorflow" in sys.modules:
+        sys.modules["tensorflow"].config.list_physical_devices()
+
+
+class _QuietLoader(importlib.abc.Loader):
+    """Runs a module's own loader, then `_probe_devices()`, with TensorFlow's start-up lines filtered, around the
+    outermost of Keras's and TensorFlow's imports (each imports the other)."""
+
+    depth = 0
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __getattr__(self, name):  # the rest (resource readers, `is_package`, ...) is the module's own loader's
+        return getattr(self.loader, name)
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        if _QuietLoader.depth:
+            self.loader.exec_module(module)
+            return
+        _QuietLoader.depth += 1
+        try:
+            with filtered_startup_logs(), backend_installed():  # a backend not installed: one line
+                self.loader.exec_module(module)
+                _probe_devices()
+        finally:
+            _QuietLoader.depth -= 1
+
+
+class _StartupFinder(importlib.abc.MetaPathFinder):
+    """Finds `keras` and `tensorflow` as Python would, behind `_QuietLoader` (asked only until they are imported;
+    a `find_spec` that only asks whether one is installed imports nothing)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in ("keras", "tensorflow"):
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _QuietLoader(spec.loader)
+        return spec

@@ -77,6 +77,6 @@ def keep_tensorflow_out():
     these backends are numpy, so nothing of TensorFlow's is met. The SavedModel export runs in a process of its own."""
     if name() == "tensorflow" or "tensorflow" in sys.modules:
         return
-    from keras.src.utils import module_utils  # the lazy module every Keras file imports as `tf`
+    from kmt._keras_private import disable_tensorflow_import
 
-    module_utils.tensorflow._available = False
+    disable_tensorflow_import()

@@ -12,7 +12,6 @@ import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -36,8 +35,8 @@ class TokenizerConfig:
 
 @dataclass
 class SplitFiles:
-    source: Optional[str] = None  # path of the source-side file (data=parallel)
-    target: Optional[str] = None  # path of the target-side file, line-aligned with source
+    source: str | None = None  # path of the source-side file (data=parallel)
+    target: str | None = None  # path of the target-side file, line-aligned with source
 
 
 @dataclass
@@ -55,13 +54,13 @@ class DataConfig:
     num_train: int = 20000  # dates: generated training pairs
     num_val: int = 1000  # dates: validation pairs (and spa_eng: unique English sentences held out)
     num_test: int = 1000  # dates: test pairs (and spa_eng: unique English sentences held out)
-    limit: Optional[int] = None  # use only the first `limit` pairs of each split (smoke tests, quick looks)
+    limit: int | None = None  # use only the first `limit` pairs of each split (smoke tests, quick looks)
     # data=prepared leaves the next five null: they come from the prepared directory, unless set
-    max_tokens: Optional[int] = 2048  # tokens per batch, bucketed by length (real corpora: 4096); 0 to batch by batch_size
-    batch_size: Optional[int] = 64  # sentences per batch when max_tokens is 0
-    bucket_width: Optional[int] = 0  # length buckets every N tokens (1: one per length, least padding); 0: fixed edges
-    pad_to_bucket: Optional[bool] = False  # pad batches to fixed shapes (their bucket's width) even without XLA
-    subword_sampling: Optional[float] = 0.0  # alpha of subword regularization: each pass samples a segmentation of every
+    max_tokens: int | None = 2048  # tokens per batch, bucketed by length (real corpora: 4096); 0 to batch by batch_size
+    batch_size: int | None = 64  # sentences per batch when max_tokens is 0
+    bucket_width: int | None = 0  # length buckets every N tokens (1: one per length, least padding); 0: fixed edges
+    pad_to_bucket: bool | None = False  # pad batches to fixed shapes (their bucket's width) even without XLA
+    subword_sampling: float | None = 0.0  # alpha of subword regularization: each pass samples a segmentation of every
     # training sentence (unigram vocabularies; 0.5 changes about a third of sentences, 0.1 doubles their pieces);
     # 0: always the best segmentation
     train: SplitFiles = field(default_factory=SplitFiles)  # data=parallel: the training pairs' files
@@ -77,14 +76,14 @@ class ModelConfig:
     # below do not apply to it)
     score: str = "general"  # arch=lstm: Luong's attention score, general (h W e) or dot (h . e)
     num_layers: int = 2  # encoder layers N (the paper's base: 6)
-    num_decoder_layers: Optional[int] = None  # decoder layers; null means num_layers
+    num_decoder_layers: int | None = None  # decoder layers; null means num_layers
     hidden_dim: int = 64  # d_model (the paper's base: 512)
     num_heads: int = 4  # h; must divide hidden_dim (the paper's base: 8)
     intermediate_dim: int = 256  # d_ff of the feed-forward networks (the paper's base: 2048)
     dropout: float = 0.1  # P_drop: residual and embedding dropout (the paper's base: 0.1)
     attention_dropout: float = 0.0  # dropout on attention weights
     activation_dropout: float = 0.0  # dropout after the feed-forward ReLU
-    late_dropout: Optional[float] = None  # residual and embedding dropout from epoch late_dropout_after + 1 on, in
+    late_dropout: float | None = None  # residual and embedding dropout from epoch late_dropout_after + 1 on, in
     # place of model.dropout ("late dropout", Liu et al., 2023: learn fast, then regularize); null: off
     late_dropout_after: int = 0  # epochs trained with model.dropout before late_dropout takes over
     source_word_dropout: float = 0.0  # word dropout: zero a source token's whole embedded vector with this probability
@@ -105,7 +104,7 @@ class OptimConfig:
     beta_2: float = 0.98  # Adam, as in the paper
     epsilon: float = 1e-9  # Adam, as in the paper
     label_smoothing: float = 0.1  # epsilon_ls of the paper
-    clipnorm: Optional[float] = None  # clip gradients to this global norm; null: no clipping
+    clipnorm: float | None = None  # clip gradients to this global norm; null: no clipping
     weight_decay: float = 0.0  # decoupled weight decay (AdamW, Loshchilov & Hutter 2019): every update also shrinks
     # the kernels and embeddings by learning rate x this (biases and LayerNorm scales and offsets are left alone);
     # 0: Adam
@@ -120,7 +119,7 @@ class TrainerConfig:
     max_minutes: float = 0.0  # wall-clock budget: stop after the epoch another would overrun it; 0 for none
     precision: str = "auto"  # float32, mixed_float16, mixed_bfloat16, or auto: mixed_bfloat16 on GPUs that have
     # bfloat16 (compute capability 8.0+), float32 elsewhere
-    jit_compile: Optional[bool] = None  # XLA-compile the train step; null: where it helps (under JAX, and on GPUs
+    jit_compile: bool | None = None  # XLA-compile the train step; null: where it helps (under JAX, and on GPUs
     # under TensorFlow), whose batches then come in fixed shapes (one compile per length bucket)
     keep_checkpoints: int = 5  # epoch checkpoints kept on disk (the newest); the best is always kept
     average_last: int = 0  # >1: score and export the average of the last N epoch checkpoints (paper, section 6.1)
@@ -139,9 +138,9 @@ class TrainerConfig:
     verbose: int = 1  # Keras progress: 0 silent, 1 progress bar, 2 one line per epoch
     distribute: str = "none"  # data parallelism: none, mirrored (every local device) or multi_worker (several
     # processes or hosts); docs/scaling.md
-    coordinator: Optional[str] = None  # multi_worker under JAX: HOST:PORT of process 0 (else KERAS_DISTRIBUTION_*)
-    num_processes: Optional[int] = None  # multi_worker under JAX: how many processes train together
-    process_id: Optional[int] = None  # multi_worker under JAX: this process, 0 (the chief) to num_processes - 1
+    coordinator: str | None = None  # multi_worker under JAX: HOST:PORT of process 0 (else KERAS_DISTRIBUTION_*)
+    num_processes: int | None = None  # multi_worker under JAX: how many processes train together
+    process_id: int | None = None  # multi_worker under JAX: this process, 0 (the chief) to num_processes - 1
 
 
 @dataclass

@@ -214,7 +214,8 @@ def plot_positions(length, depth, path):
     """Writes kmt's sinusoidal position table (`kmt.layers.embedding.positional_encoding`) to the PNG `path` as two
     panels, the figures of the paper's sources; returns `path`. Left: a few columns against the position, the sine
     and cosine of the second-fastest pair (the fastest, of wavelength 2*pi, looks jagged at integer positions) and
-    the sines of slower pairs, whose wavelengths grow geometrically towards 2*pi*10000. Right: the whole `(length, depth)` table as a heatmap, position down, feature across.
+    the sines of slower pairs, whose wavelengths grow geometrically towards 2*pi*10000. Right: the whole
+    `(length, depth)` table as a heatmap, position down, feature across.
     """
     import matplotlib
 

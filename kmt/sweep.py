@@ -11,7 +11,6 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
-from kmt.plots import plot_curves, read_history
 from kmt.errors import KmtError
 from kmt.run_dir import RunDir
 
@@ -34,6 +33,10 @@ def summarize(sweep_dir):
 
     Returns the rows. A job that failed (no metrics.json) still gets a row, with status "failed".
     """
+    # Imported here: kmt.plots imports Keras, and a job's process unpickles these callbacks before kmt-train's module,
+    # whose quiet start-up must come first (kmt._startup).
+    from kmt.plots import plot_curves, read_history
+
     sweep_dir = Path(sweep_dir)
     rows = []
     for job in sorted((p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)):

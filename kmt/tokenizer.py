@@ -3,9 +3,10 @@
 Training, preparing data (`encode`, `kmt-prepare`), the seeded subword sampling of a training stream and decoding
 outside TensorFlow (`decode`) use the `sentencepiece` library, so no backend needs TensorFlow to train; the
 TensorFlow ops (`tokenize`, `detokenize`) are `tensorflow_text.SentencepieceTokenizer`, a stock tensorflow-text op, so
-the very same model runs inside the exported SavedModel. TensorFlow is imported only when those ops are first used. SentencePiece is reversible (spaces are pieces), so detokenized output
-is plain text that sacreBLEU can score against raw references, and with `byte_fallback` a character never seen in
-training is spelled in UTF-8 bytes instead of becoming `<unk>`.
+the very same model runs inside the exported SavedModel. TensorFlow is imported only when those ops are first used.
+SentencePiece is reversible (spaces are pieces), so detokenized output is plain text that sacreBLEU can score against
+raw references, and with `byte_fallback` a character never seen in training is spelled in UTF-8 bytes instead of
+becoming `<unk>`.
 
 Reserved ids, the same in every vocabulary: pad=0, unk=1, start (BOS)=2, end (EOS)=3.
 

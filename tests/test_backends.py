@@ -97,8 +97,8 @@ def test_tensorflow_and_jax_train_to_the_same_val_loss_from_the_same_start(prepa
     initializations, runs of this size differ more between two seeds than between backends."""
     start = tmp_path / "start"
     train(compose_config("data=prepared", f"data.path={prepared_smoke}", "trainer.export=false"), start)
-    same = ["data=prepared", f"data.path={prepared_smoke}", "trainer.epochs=2", "model.dropout=0", "trainer.export=false",
-            f"trainer.init_from={start}"]
+    same = ["data=prepared", f"data.path={prepared_smoke}", "trainer.epochs=2", "model.dropout=0",
+            "trainer.export=false", f"trainer.init_from={start}"]
     train(compose_config(*same), tmp_path / "tf")
     process, _, stderr = train_under("jax", *same, f"hydra.run.dir={tmp_path / 'jax'}")
     assert process.returncode == 0, stderr[-3000:]

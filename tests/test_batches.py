@@ -219,9 +219,9 @@ def test_sampled_passes_keep_each_pair_in_the_bucket_of_its_own_draw(varied, voc
 
 
 def test_keras_reads_the_stream_in_order_across_epochs(varied):
-    """What `model.fit` gets from `py_dataset` (JAX, PyTorch) over several epochs of `steps_per_epoch` batches: the stream itself,
-    no batch skipped or repeated at an epoch's end."""
-    from keras.src.trainers.epoch_iterator import EpochIterator
+    """What `model.fit` gets from `py_dataset` (JAX, PyTorch) over several epochs of `steps_per_epoch` batches: the
+    stream itself, no batch skipped or repeated at an epoch's end."""
+    from kmt._keras_private import EpochIterator
 
     batcher = Batcher(varied, 16, 40, seed=5)
     expected = as_lists(batch for _, batch in zip(range(3 * 4), batcher.stream(skip=2)))

@@ -95,8 +95,9 @@ def test_fit_teardown_benchmark_reports_both_settings():
 
 def test_profile_step_sums_a_traced_functions_ops_per_step_and_folds_their_scopes(monkeypatch, tmp_path):
     monkeypatch.syspath_prepend(str(BENCH))
-    import profile_step
     import tensorflow as tf
+
+    import profile_step
 
     a = tf.random.normal((256, 256))
     step = tf.function(lambda: tf.nn.relu(tf.matmul(a, a)))
@@ -120,9 +121,9 @@ def test_profile_step_sums_a_traced_functions_ops_per_step_and_folds_their_scope
 @pytest.mark.parametrize("eps", [0.0, 0.1])
 def test_loss_speed_times_textbook_losses_that_compute_kmts_values(monkeypatch, eps):
     monkeypatch.syspath_prepend(str(BENCH))
-    import loss_speed
     import numpy as np
 
+    import loss_speed
     from kmt.losses import MaskedAccuracy, MaskedCrossEntropy, MaskedPerplexity
 
     rng = np.random.default_rng(0)

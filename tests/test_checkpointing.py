@@ -5,8 +5,8 @@ import keras
 
 
 def test_the_best_checkpoint_follows_the_monitor_in_its_direction(tmp_path):
-    from kmt.training.checkpointing import EpochCheckpoint
     from kmt.run_dir import Checkpoints
+    from kmt.training.checkpointing import EpochCheckpoint
 
     def best_epoch(directory, monitor):
         return Checkpoints(directory).best_epoch(monitor)

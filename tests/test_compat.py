@@ -13,11 +13,10 @@ keras = pytest.importorskip("keras")
 if keras.backend.backend() != "tensorflow":
     pytest.skip("the translator and the SavedModel need the TensorFlow backend", allow_module_level=True)
 
-import kmt  # noqa: E402,F401  (registers kmt's layers for loading)
-from kmt.inference.translator import build_translator  # noqa: E402
 from kmt.checkpoints import load_run_keras, load_run_model  # noqa: E402
 from kmt.cli.common import load_export  # noqa: E402
 from kmt.inference.decoding import search_ids  # noqa: E402
+from kmt.inference.translator import build_translator  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "fixtures" / "pre57"
 RECORD = json.loads((FIXTURE / "translations.json").read_text(encoding="utf-8"))

@@ -10,7 +10,7 @@ from kmt.errors import DataError
 
 def test_fetch_unpacks_and_writes_every_file(tmp_path):
     upstream = tmp_path / "upstream.gz"
-    upstream.write_bytes(gzip.compress("a line\n".encode()))
+    upstream.write_bytes(gzip.compress(b"a line\n"))
     first, second = tmp_path / "data" / "first.txt", tmp_path / "data" / "second.txt"
     fetch(upstream.as_uri(), first, lambda data: {first: gzip.decompress(data), second: b"other\n"})
     assert first.read_text() == "a line\n" and second.read_text() == "other\n"

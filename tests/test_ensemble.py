@@ -6,7 +6,15 @@ import pytest
 from kmt.inference.decoding import search_ids
 from kmt.inference.ensemble import ensemble_log_probs
 from tests.tiny_transformers import (
-    END, PAD, SOURCE, START, UNTIED_PRE_NORM, ensemble, log_softmax, random_model, to_numpy,
+    END,
+    PAD,
+    SOURCE,
+    START,
+    UNTIED_PRE_NORM,
+    ensemble,
+    log_softmax,
+    random_model,
+    to_numpy,
 )
 
 

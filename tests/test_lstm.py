@@ -12,8 +12,8 @@ from keras import ops
 
 from kmt.inference.decoding import search_ids
 from kmt.inference.steps import cached_next_fn, uncached_next_fn
-from kmt.losses import MaskedAccuracy, MaskedCrossEntropy
 from kmt.layers import Dropout
+from kmt.losses import MaskedAccuracy, MaskedCrossEntropy
 from kmt.models import LSTM, Seq2SeqModel
 from kmt.special_ids import END_ID, START_ID
 from tests.helpers import model_inputs, model_logits, token_batch
@@ -45,7 +45,8 @@ def test_source_padding_does_not_change_logits(batch):
     model = LSTM(**TINY)
     source, target_in = batch
     padded = np.concatenate([source, np.zeros((3, 4), source.dtype)], axis=1)
-    np.testing.assert_allclose(model_logits(model, padded, target_in), model_logits(model, source, target_in), atol=1e-5)
+    expected = model_logits(model, source, target_in)
+    np.testing.assert_allclose(model_logits(model, padded, target_in), expected, atol=1e-5)
 
 
 def test_future_target_tokens_do_not_change_past_logits(batch):
@@ -53,8 +54,8 @@ def test_future_target_tokens_do_not_change_past_logits(batch):
     source, target_in = batch
     changed = target_in.copy()
     changed[:, 4:] = 5
-    np.testing.assert_allclose(model_logits(model, source, changed)[:, :4], model_logits(model, source, target_in)[:, :4],
-                               atol=1e-6)
+    expected = model_logits(model, source, target_in)[:, :4]
+    np.testing.assert_allclose(model_logits(model, source, changed)[:, :4], expected, atol=1e-6)
 
 
 def test_dropout_acts_only_in_training(batch):

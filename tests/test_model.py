@@ -128,7 +128,8 @@ def test_saved_model_reloads_in_a_fresh_process(tmp_path, batch):
         "import sys, numpy as np, keras, kmt, kmt.losses\n"
         "m = keras.saving.load_model(sys.argv[1], safe_mode=True)\n"
         "b = np.load(sys.argv[2])\n"
-        "out = m({'source': b['source'].astype('int32'), 'target_in': b['target_in'].astype('int32')}, training=False)\n"
+        "inputs = {'source': b['source'].astype('int32'), 'target_in': b['target_in'].astype('int32')}\n"
+        "out = m(inputs, training=False)\n"
         "np.save(sys.argv[3], keras.ops.convert_to_numpy(out))\n"
     )
     out_path = tmp_path / "logits.npy"

@@ -5,8 +5,8 @@ import shutil
 
 import pytest
 
-from kmt.plots import _panels, draw_curves, plot_curves, read_history, run_title
 from kmt.errors import KmtError
+from kmt.plots import _panels, draw_curves, plot_curves, read_history, run_title
 from tests.helpers import pixels_of_color, refused, run_cli
 
 
@@ -64,7 +64,8 @@ def test_the_legend_names_every_run_also_one_without_losses(tmp_path):
 def test_perplexity_gets_its_own_log_scaled_panel_when_any_run_logged_it(tmp_path):
     import matplotlib.image
 
-    old, new = read_history(_run(tmp_path, "old", _epochs(3))), read_history(_run(tmp_path, "new", _epochs(3, ppl=True)))
+    old = read_history(_run(tmp_path, "old", _epochs(3)))
+    new = read_history(_run(tmp_path, "new", _epochs(3, ppl=True)))
     titles = [title for title, _, _ in _panels({"old": old})]
     assert len(titles) == 3 and not any("perplexity" in t for t in titles)  # a run from before the metric: as it was
     panels = _panels({"old": old, "new": new})

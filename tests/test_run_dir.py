@@ -6,8 +6,8 @@ import os
 def test_a_run_directory_admits_one_training_at_a_time(tmp_path):
     import pytest
 
-    from kmt.run_dir import RunLock
     from kmt.errors import KmtError
+    from kmt.run_dir import RunLock
 
     with RunLock(tmp_path):
         with pytest.raises(KmtError, match=f"{tmp_path} is in use by another kmt-train \\(pid {os.getpid()}\\)"):
@@ -20,8 +20,8 @@ def test_a_failed_write_leaves_the_previous_checkpoint_intact(tmp_path):
     import numpy as np
     import pytest
 
-    from kmt.run_dir import write_atomically
     from kmt.models import Transformer
+    from kmt.run_dir import write_atomically
 
     model = Transformer(vocab_size=11, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16)
     path = tmp_path / "last.weights.h5"

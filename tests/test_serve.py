@@ -2,6 +2,7 @@
 concurrent clients answered as serial ones, every bad request's status and JSON error, poison, stalled and
 vanishing clients beside good ones, a full queue, a request's timeout, and SIGTERM draining the queue."""
 
+import functools
 import json
 import re
 import signal
@@ -307,7 +308,7 @@ def test_stalled_bodies_get_408_and_their_connections_closed_while_others_are_an
         assert time.monotonic() - started < REQUEST_TIMEOUT_S  # answered while the 60 wait
         for connection in stalled:
             connection.settimeout(REQUEST_TIMEOUT_S + 20)
-            reply = b"".join(iter(lambda: connection.recv(4096), b""))  # until the server closes it
+            reply = b"".join(iter(functools.partial(connection.recv, 4096), b""))  # until the server closes it
             assert reply.startswith(b"HTTP/1.1 408 ") and b"--request-timeout-s 8" in reply, reply
     finally:
         for connection in stalled:

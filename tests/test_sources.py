@@ -130,7 +130,7 @@ def test_multi30k_downloads_through_file_url_and_then_reads_locally(tmp_path):
     assert corpus["val"].source[2] == "de caption 2" and corpus["val"].target[2] == "en caption 2"
     folder = tmp_path / "data" / "multi30k"
     assert sorted(p.name for p in folder.iterdir()) == sorted(
-        f"{n}.{l}" for n in ("train", "val", "test_2016_flickr") for l in ("en", "de"))  # no temporary files left
+        f"{n}.{lang}" for n in ("train", "val", "test_2016_flickr") for lang in ("en", "de"))  # no temporary files left
     again = load_multi30k(tmp_path / "data", "de", "en", download=False, url="file:///nowhere")
     assert again == corpus
 

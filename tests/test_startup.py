@@ -38,18 +38,28 @@ def test_tf_cpp_min_log_level_0_turns_the_filter_off(capfd, monkeypatch):
     assert capfd.readouterr().err == "".join(NOISE)
 
 
-def test_importing_kmt_and_running_tensorflow_prints_nothing():
-    """Run for real: with the filter off, this TensorFlow prints start-up lines the filter knows; with it on, none.
-    Keras, imported with TensorFlow after kmt, knows kmt's layers (so a model.keras loads)."""
-    script = ("import kmt, tensorflow as tf, keras; print(int(tf.constant(1) + 1)); "
-              "print(keras.saving.get_registered_object('kmt>MultiHeadAttention').__name__)")
+def test_a_command_running_tensorflow_prints_nothing():
+    """Run for real: with the filter off, this TensorFlow prints start-up lines the filter knows; with it on (a kmt
+    command, which imports `kmt.cli` first), none."""
+    script = "import kmt.cli, tensorflow as tf; print(int(tf.constant(1) + 1))"
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"} | {"KERAS_BACKEND": "tensorflow"}
     shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                            env=env | {"TF_CPP_MIN_LOG_LEVEL": "0"})
     quiet = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
-    assert shown.returncode == quiet.returncode == 0 and shown.stdout == quiet.stdout == "2\nMultiHeadAttention\n"
+    assert shown.returncode == quiet.returncode == 0 and shown.stdout == quiet.stdout == "2\n"
     assert any(_STARTUP_NOISE.match(line) for line in shown.stderr.splitlines()), shown.stderr
     assert quiet.stderr == ""
+
+
+def test_importing_kmt_changes_nothing_and_importing_its_layers_registers_them():
+    """A library user's `import kmt` leaves the import system, the environment and stderr alone; `import kmt.layers`
+    registers kmt's layers with Keras (so a model.keras that holds them loads)."""
+    script = ("import os, sys; finders = list(sys.meta_path); import kmt; "
+              "print(sys.meta_path == finders, 'TF_CPP_MIN_LOG_LEVEL' in os.environ); "
+              "import keras, kmt.layers; print(keras.saving.get_registered_object('kmt>MultiHeadAttention').__name__)")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert result.returncode == 0 and result.stdout == "True False\nMultiHeadAttention\n", result.stdout + result.stderr
 
 
 def test_importing_kmt_and_its_serving_and_translating_modules_imports_neither_keras_nor_tensorflow():

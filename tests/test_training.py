@@ -304,7 +304,8 @@ def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
         ("data.subword_sampling=0.5 data.tokenizer.model_type=bpe", "needs data.tokenizer.model_type=unigram"),
         ("data.tokenized=true", "data.tokenized applies to data=multi30k only. Received: data.tokenized=true with "
                                 "data=dates"),
-        ("trainer.monitor=bleu", "trainer.monitor must be one of val_loss, val_ppl, val_accuracy, val_bleu. Received: 'bleu'"),
+        ("trainer.monitor=bleu",
+         "trainer.monitor must be one of val_loss, val_ppl, val_accuracy, val_bleu. Received: 'bleu'"),
         ("trainer.monitor=val_bleu", "trainer.monitor=val_bleu needs trainer.val_bleu=true"),
         ("trainer.patience=-1", "trainer.patience must be >= 0. Received: -1"),
         ("optim.gradient_accumulation_steps=0", "optim.gradient_accumulation_steps must be positive. Received: 0"),

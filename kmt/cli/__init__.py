@@ -1,8 +1,16 @@
-"""Command-line entry points: thin wrappers that parse arguments and call into kmt."""
+"""Command-line entry points: thin wrappers that parse arguments and call into kmt.
+
+Every command imports this package first, which turns on the quiet start-up (`kmt._startup.quiet_startup`): a
+library user's `import kmt` does not.
+"""
 
 import functools
 import os
 import sys
+
+from kmt._startup import quiet_startup
+
+quiet_startup()
 
 
 def console_script(main):

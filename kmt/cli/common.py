@@ -1,13 +1,10 @@
 """Helpers the entry points share: loading an exported SavedModel and reading text files, with one-line errors."""
 
 import logging
-import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-from kmt.cli.errors import fail, quiet_tensorflow  # noqa: E402
+from kmt.cli.errors import fail, quiet_tensorflow
 
 
 def setup_logging(verbose=False):

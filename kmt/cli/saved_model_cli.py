@@ -8,12 +8,9 @@ with the same flags, after `import tensorflow_text`:
         --input_exprs 'text=["Tuesday, March 5, 1996"]'
 """
 
-import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-from kmt.cli import console_script  # noqa: E402
+from kmt.cli import console_script
 
 
 @console_script

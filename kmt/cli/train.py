@@ -1,18 +1,14 @@
 """`kmt-train`: train a Transformer with model.fit, configured by Hydra (`kmt-train --help`)."""
 
 import logging
-import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import hydra
+from hydra.core.hydra_config import HydraConfig
 
-import hydra  # noqa: E402
-from hydra.core.hydra_config import HydraConfig  # noqa: E402
-
-from kmt.cli import console_script  # noqa: E402
-from kmt.config import config_dir  # noqa: E402
-from kmt.cli.errors import check_overrides, exit_on_user_error, quiet_tensorflow  # noqa: E402
-from kmt.config import register_configs  # noqa: E402
+from kmt.cli import console_script
+from kmt.cli.errors import check_overrides, exit_on_user_error, quiet_tensorflow
+from kmt.config import config_dir, register_configs
 
 logger = logging.getLogger("kmt")
 

@@ -138,7 +138,7 @@ def main(argv=None):
                 out.flush()  # out before the next lines are read, so a pipe or a terminal sees it now
         except BrokenPipeError:  # the reader left (`kmt-translate ... | head`): stop quietly, as Unix tools do
             os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())  # so closing `out` cannot raise again
-            raise SystemExit(141)  # 128 + SIGPIPE, what a shell reports for a tool killed by a closed pipe
+            raise SystemExit(141) from None  # 128 + SIGPIPE, what a shell reports for a tool killed by a closed pipe
     if args.attention_plots:
         plot_attention(Path(args.export_dir).resolve().parent, plotted, args.attention_plots)
 
@@ -166,6 +166,7 @@ def plot_attention(run_dir, sentences, directory):
             raise KmtError(f"--attention-plots needs {run.model} and {run.tokenizer}")
         from kmt.checkpoints import load_run_keras
         from kmt.plots import save_attention_plots
+        from kmt.tokenizer import Vocabularies
 
         _, vocabularies, model = load_run_keras(run_dir)
         paths = save_attention_plots(model, vocabularies, sentences, directory)

@@ -1,7 +1,7 @@
-"""Corpora (generated dates, Multi30k, spa-eng, your own files) and the tf.data pipeline that batches them."""
+"""Corpora (generated dates, Multi30k, spa-eng, your own files), their preparation and the batches training reads."""
 
-from kmt.data.sources import ParallelText, load_multi30k, load_parallel, load_spa_eng, read_parallel
 from kmt.data.dates import date_splits
+from kmt.data.sources import ParallelText, load_multi30k, load_parallel, load_spa_eng, read_parallel
 from kmt.errors import ConfigError
 
 

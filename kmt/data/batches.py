@@ -200,8 +200,6 @@ def tf_dataset(batches, count=None):
     known (Keras then shows progress)."""
     import tensorflow as tf
 
-    from kmt.data.pipeline import without_autotune
-
     def generator():
         keep_tensor_buffers_on_the_heap()  # after TensorFlow's memory patch, which leaves a batch's buffers mmapped
         yield from batches()
@@ -260,3 +258,22 @@ def keras_data(batcher, items=None, skip=0):
     if items is not None:
         return tf_dataset(lambda: (batcher.pad(*item) for item in items), len(items))
     return tf_dataset(lambda: batcher.stream(skip))
+
+
+def without_autotune():
+    """tf.data options that turn its autotuning off.
+
+    With autotuning on, each iterator runs a model thread that re-tunes the pipeline on a doubling period (10 ms,
+    20 ms, ... up to a minute). Releasing the iterator joins that thread, and in TensorFlow 2.21 the thread first
+    sleeps out its period, so `model.fit` returned up to a period after its last step with the CPU idle: 15-17 s
+    after each of five 20-step fits on the 2-core AMD EPYC (each took 41.1 s in all, just past a wake-up at 10 ms
+    x 2^12 = 40.96 s), against 0.1 s with autotuning off (`python bench/fit_teardown.py`). kmt-train paid it once a run.
+    Without autotuning, `AUTOTUNE` in `map` runs as many calls at once as TensorFlow's inter-op pool has threads
+    (at most 16), and in `prefetch` gives a buffer that grows while the consumer waits: all kmt's tf.data
+    pipelines need, as their work is small next to a training step.
+    """
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return options

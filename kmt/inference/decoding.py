@@ -49,7 +49,8 @@ def search_ids(
     reached its own limit.
 
     Args:
-        model: a `kmt.models.Seq2SeqModel`, or a list of them sharing one vocabulary: an ensemble, whose search scores each next token by the mean of the models' probabilities (`ensemble_next_fn`).
+        model: a `kmt.models.Seq2SeqModel`, or a list of them sharing one vocabulary: an ensemble, whose search
+            scores each next token by the mean of the models' probabilities (`ensemble_next_fn`).
         source: int `(B, S)` source ids, pad 0.
         beam_size: int K; 1 is greedy search. Defaults to `1`.
         length_penalty: float alpha of the GNMT penalty (beam search only). Defaults to `0.6`.

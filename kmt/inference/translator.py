@@ -60,7 +60,7 @@ class Translator(tf.Module):
         # The weights are tracked as the tf.Variables inside the Keras variables (`v.value`), not as the Keras
         # variables: those are what the traced graph captures (it reads `keras_variable.value.handle`), so they
         # are what a loader must restore. A tracked Keras variable exports as a *second* graph variable,
-        # `tf.Variable(<the inner one>)` (keras.src.backend.tensorflow.core.Variable._export_to_saved_model_graph),
+        # `tf.Variable(<the inner one>)` (Keras's TensorFlow `Variable._export_to_saved_model_graph`),
         # and the saver would restore that copy while the signatures read the inner variable: `tf.saved_model.load`
         # copes (it restores through the object graph), but TF1 session loaders (saved_model_cli, TensorFlow
         # Serving) run only the saver's restore op and fail with "Could not find variable ...".

@@ -1,4 +1,5 @@
-"""The Transformer's layers and the recurrent baseline's (`recurrent.py`), in pure Keras 3 (`keras.ops` only: TensorFlow, JAX and PyTorch backends)."""
+"""The Transformer's layers and the recurrent baseline's (`recurrent.py`), in pure Keras 3 (`keras.ops` only:
+TensorFlow, JAX and PyTorch backends)."""
 
 from kmt.layers.attention import MultiHeadAttention
 from kmt.layers.decoder import DecoderLayer

@@ -5,12 +5,7 @@ Attention-based Neural Machine Translation", sections 3.1 and 3.3)."""
 import keras
 from keras import ops
 
-# The loop `keras.layers.RNN` runs, which takes a step function (one that closes over the encoder states, which a
-# Keras 3 cell cannot be given): a `lax.scan` under JAX, a `tf.while_loop` whose `maximum_iterations` lets XLA
-# compile it (and its gradient) under TensorFlow. `keras.ops.scan` is differentiable under both but not
-# XLA-compilable under TensorFlow.
-from keras.src.backend import rnn
-
+from kmt._keras_private import rnn  # the loop `keras.layers.RNN` runs, which takes a step function
 from kmt.layers.masks import MASK_VALUE
 
 SCORES = ("general", "dot")  # Luong's content-based scores (section 3.1)

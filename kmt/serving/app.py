@@ -33,8 +33,14 @@ from starlette.routing import Route
 from kmt.serving.batching import Batcher, DecodingFailed, QueueFull, Unbatched
 from kmt.serving.metrics import Metrics
 from kmt.serving.model import load_model
-from kmt.serving.protocol import (RequestError, metadata_response, parse_json, parse_predict, parse_translate,
-                                  predict_response)
+from kmt.serving.protocol import (
+    RequestError,
+    metadata_response,
+    parse_json,
+    parse_predict,
+    parse_translate,
+    predict_response,
+)
 
 logger = logging.getLogger("kmt.serving")
 access_logger = logging.getLogger("kmt.serving.access")
@@ -273,7 +279,7 @@ class AccessLog:
             route = _route(scope["path"])
             answered = status[0] != CLIENT_GONE
             self.metrics.observe_request(route, status[0], seconds, answered and route in MODEL_ROUTES)
-            client = "%s:%d" % tuple(scope["client"]) if scope.get("client") else "-"
+            client = "{}:{}".format(*scope["client"]) if scope.get("client") else "-"
             access_logger.info('%s "%s %s" %d %.1fms%s', client, scope["method"], scope["path"], status[0],
                                seconds * 1000, "" if answered else " (the client went away; nothing sent)")
 

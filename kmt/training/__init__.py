@@ -17,11 +17,10 @@ def train(cfg, run_dir):
     """Trains (or resumes) the run in `run_dir` and returns its metrics (`metrics.json`'s: train, val, test, export;
     None on a distributed run's workers other than the chief). `cfg` is read, never changed."""
     # Imported here, not above: the callbacks modules need no TensorFlow, and the JAX bench imports them without it.
+    from kmt.training.distribute import check, quiet_worker, worker
     from kmt.training.finish import finish
     from kmt.training.fit import fit
     from kmt.training.prepare import prepare
-
-    from kmt.training.distribute import check, quiet_worker, worker
 
     run_dir = Path(run_dir)
     cfg = config_lib.validated(cfg)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import keras
 
+from kmt._keras_private import initial_epoch
 from kmt.run_dir import Checkpoints
 
 logger = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ class EarlyStopping(keras.callbacks.Callback):
         return best if best and epochs_done - best["epoch"] >= self.patience else None
 
     def on_train_begin(self, logs=None):
-        epochs_done = getattr(self.model, "_initial_epoch", None) or 0  # set by a resume (BackupAndRestore)
+        epochs_done = initial_epoch(self.model)  # set by a resume (BackupAndRestore)
         best = self._patience_spent(epochs_done)
         if best:
             raise StoppedEarly(
@@ -97,7 +98,7 @@ class TimeBudget(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         # Count what earlier invocations spent; a resumed run that the budget had stopped (say, killed while it
         # scored and exported) trains no more.
-        epochs_done = getattr(self.model, "_initial_epoch", None) or 0  # set by a resume (BackupAndRestore)
+        epochs_done = initial_epoch(self.model)  # set by a resume (BackupAndRestore)
         self._durations = durations = self._earlier(epochs_done)
         if self._spent(durations):
             raise StoppedEarly(

@@ -7,8 +7,9 @@ tf.data under TensorFlow and a Keras `PyDataset` under JAX and PyTorch; nothing 
 """
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import keras
 from omegaconf import OmegaConf

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import keras
 
+from kmt._keras_private import BackupAndRestore, initial_epoch
 from kmt.errors import KmtError
 from kmt.run_dir import Checkpoints, write_atomically
 from kmt.training.checkpointing import finite_loss
@@ -26,7 +27,7 @@ def seed_states(model):
     return [variable for variable in model.variables if variable.name == "seed_generator_state"]
 
 
-class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
+class AtomicBackupAndRestore(BackupAndRestore):
     """Keras's `BackupAndRestore` (model weights, optimizer state and epoch, restored when `fit` starts again)
     with every file written atomically, and the backup kept after training so a later run on the same run dir
     with more epochs continues instead of starting over. It also keeps the dropout layers' random state
@@ -49,13 +50,13 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         if finite_loss(logs):
             super().on_epoch_end(epoch, logs)
 
-    def _save_model(self):
+    def save_backup(self):
         if self.save_to is not None:
             write_atomically(self.save_to, self.model.save_weights)
             return
-        write_atomically(self._weights_path, self.model.save_weights)
-        write_atomically(self._training_metadata_path, json.dumps({
-            "epoch": self._current_epoch, "batch": 0, "batches_per_update": self.batches_per_update,
+        write_atomically(self.weights_path, self.model.save_weights)
+        write_atomically(self.metadata_path, json.dumps({
+            "epoch": self.current_epoch, "batch": 0, "batches_per_update": self.batches_per_update,
             "seed_states": [keras.ops.convert_to_numpy(v).tolist() for v in seed_states(self.model)],
         }, indent=2) + "\n")
 
@@ -75,7 +76,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                 f"the resume state in {self.backup_dir} does not fit this model ({str(error).splitlines()[0]}); "
                 "resume with the run's original model.* settings or use a new hydra.run.dir"
             ) from None
-        epoch = self.model._initial_epoch
+        epoch = initial_epoch(self.model)
         if epoch:
             self._check_optimizer_restored()
             logger.info("resuming after epoch %d at optimizer step %d", epoch, optimizer_step(self.model))

@@ -1,7 +1,7 @@
 """The tf.data text pipeline kmt-train used before prepared data: sentences to batches (tokenize, filter, add
 start/end tokens, bucket by length, pad, shuffle, prefetch) with TensorFlow ops. Training now streams prepared shards
-through `kmt.data.batches`; this stays as the benchmarks' reference (`bench/prepared_data.py` measures the batcher
-against it) and for the step benchmarks built on it.
+through `kmt.data.batches`; this stays in bench/ as the benchmarks' reference (`bench/prepared_data.py` measures the
+batcher against it) and for the step benchmarks built on it.
 
 Each example becomes `({"source": (S,), "target_in": (T,)}, target_out (T,))` where `target_in` is
 `[start] + target` (the decoder input, shifted right) and `target_out` is `target + [end]`. Batches group
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
+from kmt.data.batches import without_autotune
 from kmt.data.buckets import batches_per_pass, bucket_lengths, bucket_of, bucket_sizes
 from kmt.special_ids import END_ID, START_ID
 
@@ -178,23 +179,6 @@ def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, 
     if skip:
         dataset = dataset.skip(skip)
     return dataset.prefetch(tf.data.AUTOTUNE).with_options(without_autotune())
-
-
-def without_autotune():
-    """tf.data options that turn its autotuning off.
-
-    With autotuning on, each iterator runs a model thread that re-tunes the pipeline on a doubling period (10 ms,
-    20 ms, ... up to a minute). Releasing the iterator joins that thread, and in TensorFlow 2.21 the thread first
-    sleeps out its period, so `model.fit` returned up to a period after its last step with the CPU idle: 15-17 s
-    after each of five 20-step fits on the 2-core AMD EPYC (each took 41.1 s in all, just past a wake-up at 10 ms
-    x 2^12 = 40.96 s), against 0.1 s with autotuning off (`python bench/fit_teardown.py`). kmt-train paid it once a run.
-    Without autotuning, `AUTOTUNE` in `map` runs as many calls at once as TensorFlow's inter-op pool has threads
-    (at most 16), and in `prefetch` gives a buffer that grows while the consumer waits: all these pipelines need,
-    as their work is small next to a training step.
-    """
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    return options
 
 
 def count_batches(split, max_length, max_tokens=0, batch_size=64, bucket_width=0, repeated=False):

@@ -1,13 +1,21 @@
+"""bench/text_pipeline.py, the tf.data text pipeline the benchmarks measure kmt's batcher against: what it batches,
+so that the benches' "today" figures mean the pipeline kmt-train used before prepared data."""
+
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from kmt.data import pipeline
 from kmt.data.buckets import bucket_edges
-from kmt.data.pipeline import count_batches, encode_split, make_dataset, resample, subword_sampler
 from kmt.data.sources import ParallelText
 from kmt.special_ids import END_ID, START_ID
 from kmt.tokenizer import Vocabularies
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import text_pipeline  # noqa: E402  (bench/ is not a package)
+from text_pipeline import count_batches, encode_split, make_dataset, resample, subword_sampler  # noqa: E402
 
 SOURCES = ["a b c", "", "d e", "a " * 40, "b c d e f g", "c"] * 10
 TARGETS = ["x y", "y", "", "z", "x y z w", "w"] * 10
@@ -136,7 +144,7 @@ def test_subword_sampling_resegments_every_pass_within_the_length_limit(vocabula
 
 
 def test_a_subword_sampling_stream_is_the_same_for_the_same_seed(vocabularies, monkeypatch):
-    monkeypatch.setattr(pipeline, "RESEGMENT_CHUNK", 16)  # many chunks, drawn by a parallel map
+    monkeypatch.setattr(text_pipeline, "RESEGMENT_CHUNK", 16)  # many chunks, drawn by a parallel map
     varied = varied_split(vocabularies, 80, seed=3)
 
     def batches(sampling_seed):
@@ -163,7 +171,7 @@ def test_a_resumed_stream_goes_on_where_the_skipped_batches_end(vocabularies):
 @pytest.mark.parametrize("stream", [{}, {"shuffle": True, "seed": 1, "repeat": True}])
 def test_batches_come_without_tf_data_autotuning_and_are_the_same_as_with_it(split, stream):
     # Autotuning's model thread made fit wait for its next wake-up when it released the training iterator
-    # (pipeline.without_autotune).
+    # (kmt.data.batches.without_autotune).
     assert make_dataset(split, max_length=16, batch_size=4, **stream).options().autotune.enabled is False
     options = tf.data.Options()
     options.autotune.enabled = True
