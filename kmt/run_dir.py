@@ -14,7 +14,7 @@ Layout of `RunDir(root)`, as kmt-train leaves it:
     checkpoints/backup/       the resume state: Keras's BackupAndRestore files (weights with the optimizer state,
                               and training_metadata.json: the epoch, kmt's dropout random state)
     logs/                     history.csv, curves.png, TensorBoard's train/ and validation/
-    model.keras               the trained model (`keras.saving.load_model` after `import kmt.models`)
+    model.keras               the trained model (`keras.saving.load_model` after `from kmt.models import Transformer`)
     export/                   the SavedModel
     metrics.json              the run's scores, written last
 """

@@ -6,6 +6,10 @@ methods, so search, scoring and export run any registered architecture without a
 import keras
 from keras import ops
 
+# A trained model.keras names kmt's loss, metric and schedule too: registered with any model class.
+import kmt.losses  # noqa: F401
+import kmt.schedule  # noqa: F401
+
 
 class Seq2SeqModel(keras.Model):
     """An encoder-decoder over token ids: inputs int32 `source` `(B, S)` and `target_in` `(B, T)` (the target shifted
