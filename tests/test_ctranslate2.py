@@ -14,7 +14,7 @@ from kmt.checkpoints import load_run_model
 from kmt.cli import export as export_cli
 from kmt.cli import translate as translate_cli
 from kmt.data.dates import generate_date_pairs
-from kmt.inference.ctranslate2 import CT2Translator, export_ctranslate2, pieces
+from kmt.inference.ctranslate2 import CT2Translator, export_ctranslate2
 from kmt.inference.decoding import search_ids
 from kmt.model import build_transformer
 from kmt.special_ids import END_ID, PAD_ID

@@ -21,11 +21,11 @@ import json
 from pathlib import Path
 
 from kmt.cli import console_script
-from kmt.cli.common import load_export, setup_logging
+from kmt.cli.common import setup_logging
 from kmt.cli.errors import exit_on_user_error
 from kmt.data.sources import read_lines, read_parallel
 from kmt.errors import DataError
-from kmt.inference.translate import batch_fn, translate_lines
+from kmt.inference.loading import load_translator
 from kmt.metrics import moses_languages, moses_tokenize, paired_bootstrap, tokenized_bleu, translation_scores
 
 
@@ -104,8 +104,8 @@ def main(argv=None):
         for system, lines in others.items():
             if len(lines) != len(test):
                 raise DataError(f"{system} has {len(lines)} lines but {args.source} has {len(test)}")
-    translate = load_export(args.export_dir)
-    hypotheses, _ = translate_lines(batch_fn(translate), test.source, args.batch_size, progress=args.verbose)
+        hypotheses = load_translator(args.export_dir, batch_size=args.batch_size).translate(
+            test.source, progress=args.verbose)
     if args.hypotheses:
         Path(args.hypotheses).write_text("".join(h.replace("\n", " ") + "\n" for h in hypotheses), encoding="utf-8")
     scores = translation_scores(hypotheses, test.target, args.tokenized) | {"sentences": len(test)}
@@ -115,8 +115,9 @@ def main(argv=None):
         systems = {args.export_dir: hypotheses}
         for system in args.compare:
             if system not in others:
-                others[system], _ = translate_lines(batch_fn(load_export(system)), test.source, args.batch_size,
-                                                    progress=args.verbose)
+                with exit_on_user_error():
+                    others[system] = load_translator(system, batch_size=args.batch_size).translate(
+                        test.source, progress=args.verbose)
             systems[system] = others[system]
         results, signatures = paired_bootstrap(systems, test.target, args.tokenized, tokenized, lang)
         scores |= {"compare": results, "compare_signatures": signatures}

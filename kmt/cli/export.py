@@ -71,10 +71,10 @@ def main(argv=None):
     run_dir = Path(args.run_dir)
     with exit_on_user_error():
         from kmt.checkpoints import average_checkpoints, load_run_model
-        from kmt.config import validate_decode
         from kmt.errors import KmtError
         from kmt.inference.export import export_translator
-        from kmt.inference.translator import build_translator
+        from kmt.inference.settings import SearchSettings
+        from kmt.inference.translator import TranslatorModule
         from kmt.run_dir import RunDir, write_atomically
         from kmt.tokenizer import Vocabularies
 
@@ -87,19 +87,10 @@ def main(argv=None):
         # the search settings, each run's vocabulary and the weights files asked for.
         run = RunDir(run_dir)
         cfg = run.read_config()
-        if args.beam_size is not None:
-            cfg.decode.beam_size = args.beam_size
-        if args.length_penalty is not None:
-            cfg.decode.length_penalty = args.length_penalty
-        if args.sampling_topk is not None:
-            cfg.decode.sampling_topk = args.sampling_topk
-            if args.beam_size is None and args.sampling_topk != 1:
-                cfg.decode.beam_size = 1  # sampling draws one translation; no beam to ask for
-        if args.sampling_temperature is not None:
-            cfg.decode.sampling_temperature = args.sampling_temperature
-        if args.sampling_topp is not None:
-            cfg.decode.sampling_topp = args.sampling_topp
-        validate_decode(cfg.decode)
+        settings = SearchSettings.from_config(cfg.decode).replace(
+            beam_size=args.beam_size, length_penalty=args.length_penalty, sampling_topk=args.sampling_topk,
+            sampling_temperature=args.sampling_temperature, sampling_topp=args.sampling_topp,
+        )
         if args.format == "ctranslate2" and cfg.model.get("arch", "transformer") != "transformer":
             raise KmtError(f"--format ctranslate2 converts Transformers only; {run_dir} trained model.arch="
                            f"{cfg.model.arch} (export it as a SavedModel)")
@@ -131,11 +122,11 @@ def main(argv=None):
 
             output = Path(args.output) if args.output else \
                 run.root / "_".join(["ctranslate2", *filter(None, [args.quantization])])
-            export_ctranslate2(models[0], vocabularies, cfg.decode, output, args.quantization)
+            export_ctranslate2(models[0], vocabularies, settings, output, args.quantization)
             print(f"exported {sources[0]} to {output} (CTranslate2, {args.quantization or 'float32'})")
             return
         output = Path(args.output) if args.output else run.export
-        export_translator(build_translator(models, vocabularies, cfg.decode), output)  # one model, or an ensemble
+        export_translator(TranslatorModule(models, vocabularies, settings), output)  # one model, or an ensemble
         print(f"exported {' + '.join(sources)} to {output}")
 
 
