@@ -70,7 +70,8 @@ class TranslatorRunner:
 
 
 class SavedModelRunner:
-    """A kmt SavedModel (a `kmt.inference.translators.SavedModelTranslator`): `signatures` maps each signature's name to its `Signature`; `run` calls one.
+    """A kmt SavedModel (a `kmt.inference.translators.SavedModelTranslator`): `signatures` maps each signature's
+    name to its `Signature`; `run` calls one.
 
     One loaded SavedModel answers concurrent calls as it answers serial ones, so `run` may be called from several
     threads at once.
