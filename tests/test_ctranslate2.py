@@ -190,8 +190,8 @@ def test_bad_input_stops_in_one_line(smoke_run, tmp_path, capsys):
     assert code == 2 and "--quantization is for --format ctranslate2" in line
     code, line = refused(capsys, translate_cli.main, smoke_run / "export", "--beam-size", "4")
     assert code == 2 and "search settings are baked in" in line
-    code, line = refused(capsys, translate_cli.main, tmp_path)  # neither a SavedModel nor a CTranslate2 directory
-    assert code == 2 and "is not a SavedModel directory" in line
+    code, line = refused(capsys, translate_cli.main, tmp_path)  # neither a run, a SavedModel nor a CTranslate2 one
+    assert code == 2 and "is not a kmt run directory (config.yaml), SavedModel export" in line
 
 
 def test_without_ctranslate2_the_export_names_the_extra(smoke_run, tmp_path, capsys, monkeypatch):

@@ -28,7 +28,7 @@ from kmt.cli import console_script
 from kmt.cli.common import setup_logging
 from kmt.cli.errors import exit_on_user_error, fail
 from kmt.errors import KmtError
-from kmt.inference.loading import load_translator
+from kmt.inference.loading import load_translator, translator_kind
 from kmt.inference.settings import SearchSettings
 from kmt.inference.translate import translate_stream
 
@@ -63,8 +63,8 @@ def parse_args(argv=None):
                      help="CPU threads to decode with (default: 0, CTranslate2's choice)")
     parser.add_argument("--attention-plots", metavar="DIR",
                         help="also save cross-attention heatmaps (PNG, one per sentence, every layer and head) of "
-                             "the first --attention-limit input lines into DIR; needs the run directory around "
-                             "EXPORT_DIR (its model.keras and tokenizer/)")
+                             "the first --attention-limit input lines into DIR; needs the run directory (EXPORT_DIR "
+                             "or the one around it: its model.keras and tokenizer/)")
     parser.add_argument("--attention-limit", type=int, default=10, help="sentences to plot (default: 10)")
     parser.add_argument("--verbose", action="store_true", help="log progress to stderr")
     args = parser.parse_args(argv)
@@ -136,7 +136,8 @@ def main(argv=None):
             os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())  # so closing `out` cannot raise again
             raise SystemExit(141)  # 128 + SIGPIPE, what a shell reports for a tool killed by a closed pipe
     if args.attention_plots:
-        plot_attention(Path(args.export_dir).resolve().parent, plotted, args.attention_plots)
+        run_dir = Path(args.export_dir).resolve()
+        plot_attention(run_dir if translator_kind(run_dir) == "run" else run_dir.parent, plotted, args.attention_plots)
 
 
 def plot_attention(run_dir, sentences, directory):
