@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from kmt.inference.settings import SearchSettings
 from kmt.inference.translate import translate_stream
 from kmt.inference.translators import BatchedTranslator, Hypothesis, Score
 
@@ -11,6 +12,8 @@ from kmt.inference.translators import BatchedTranslator, Hypothesis, Score
 class Recorder(BatchedTranslator):
     """A translator that upper-cases its lines (its n-best list: then lower-cased, ...) and records the batches it
     was given."""
+
+    settings = SearchSettings(beam_size=2)
 
     def __init__(self, batch_size=2):
         self.batch_size = batch_size

@@ -148,8 +148,9 @@ class KerasTranslator(BatchedTranslator):
             return self._translate_graph(lines, dataclasses.replace(settings, nbest=None), nbest)
         from kmt.inference.decoding import search_ids
 
-        rows = [ids[: self.max_length] for ids in self.vocabularies.source.encode(lines)]
-        tokens, scores = search_ids(self.model, padded(rows), dataclasses.replace(settings, max_length=self.max_length))
+        settings = dataclasses.replace(settings, max_length=settings.max_length or self.max_length)
+        rows = [ids[: settings.max_length] for ids in self.vocabularies.source.encode(lines)]  # as the graph cuts them
+        tokens, scores = search_ids(self.model, padded(rows), settings)
         tokens, scores = keras.ops.convert_to_numpy(tokens), keras.ops.convert_to_numpy(scores)  # (B, n, L), (B, n)
         texts = self.vocabularies.target.decode(tokens.reshape(-1, tokens.shape[-1]))
         return [[Hypothesis(texts[i * nbest + k], float(scores[i, k])) if len(row) else Hypothesis("", 0.0)
