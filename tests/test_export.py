@@ -168,6 +168,11 @@ def test_export_replaces_an_old_export_whole(translator, tmp_path):
     assert not list(tmp_path.glob(".partial-*"))  # no temporary left behind
 
 
+def texts(module, sentences):
+    """A `TranslatorModule`'s translations of a list of str."""
+    return [t.decode("utf-8") for t in module.translate(text=tf.constant(sentences))["translation"].numpy()]
+
+
 def test_an_ensemble_export_decodes_and_scores_with_every_model(model_and_vocabularies, tmp_path):
     """A SavedModel of two models: it holds both models' weights, translates as `search_ids` does over the
     ensemble (in process and after a reload in a fresh process) and scores as `score_ids` does."""
@@ -183,9 +188,9 @@ def test_an_ensemble_export_decodes_and_scores_with_every_model(model_and_vocabu
     ids = vocabularies.source.tokenize(tf.constant(sentences))[:, :20].to_tensor()  # cut to the shorter max_length
     tokens, _ = search_ids([model, other], ids, SearchSettings(beam_size=3, max_length_b=5, max_length=20))
     expected = [t.decode() for t in vocabularies.target.detokenize(tokens).numpy()]
-    assert ensemble(sentences) == expected
+    assert texts(ensemble, sentences) == expected
     alone = TranslatorModule(model, vocabularies, SearchSettings(beam_size=3, max_length_b=5))
-    assert alone(sentences) != expected  # the second model counts
+    assert texts(alone, sentences) != expected  # the second model counts
     targets = ["1996-03-05", "2031-06-01", "2001-06-05", "1990-05-01"]
     scored = ensemble.score(source=tf.constant(sentences), target=tf.constant(targets))["score"].numpy()
     forced, _ = score_ids([model, other], ids, vocabularies.target.tokenize(tf.constant(targets)).to_tensor())

@@ -2,7 +2,9 @@
 opens as a `Translator` that translates and scores as the others do; anything else stops in one line."""
 
 import importlib.util
+import math
 
+import numpy as np
 import pytest
 
 from kmt.errors import KmtError
@@ -38,7 +40,8 @@ def test_a_run_and_its_savedmodel_translate_and_score_alike(smoke_run):
     targets = [row[0].text for row in best]
     scored, exported = run.score(LINES, targets), export.score(LINES, targets)
     assert [s.tokens for s in scored] == [s.tokens for s in exported]
-    assert scored[0].log_probability == pytest.approx(best[0][0].score, abs=1e-4)  # greedy scores its own output
+    np.testing.assert_allclose([s.log_probability for s in scored], [s.log_probability for s in exported], atol=1e-4)
+    assert math.isnan(scored[1].log_probability)  # an empty source is not scored
     beam = run.settings.replace(beam_size=3)  # a run searches with any settings; a SavedModel's are baked in
     assert len(run.translate(LINES, settings=beam, nbest=3)[0]) == 3
     with pytest.raises(KmtError, match="search settings are baked in"):
