@@ -6,7 +6,7 @@ with --ctranslate2, the SavedModel against CTranslate2 float32 and int8 (greedy 
     python bench/decode_speed.py RUN_DIR --ctranslate2 --source $KMT_DATA_DIR/multi30k/test_2016_flickr.en \
         --tokenized-reference $KMT_DATA_DIR/multi30k/tok/test_2016_flickr.lc.norm.tok.de
 
-The run's model (its last epoch checkpoint) is exported four times with `kmt.inference.translator.Translator`, the
+The run's model (its last epoch checkpoint) is exported four times with `kmt.inference.translator.TranslatorModule`, the
 search settings taken from the run's `decode` section except the beam size and the cache; each SavedModel is reloaded
 with `tf.saved_model.load` and its `translate` signature is what gets timed, after one warm-up call per batch size.
 At batch size b the N sentences are cut into ceil(N / b) calls of exactly b sentences (wrapping around to the first
@@ -125,9 +125,11 @@ def saved_model(model, vocabularies, search, path, beam_size, use_cache=True):
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops the graph uses)
 
     from kmt.inference.export import export_translator
-    from kmt.inference.translator import Translator
+    from kmt.inference.settings import SearchSettings
+    from kmt.inference.translator import TranslatorModule
 
-    export_translator(Translator(model, vocabularies, beam_size=beam_size, use_cache=use_cache, **search), path)
+    settings = SearchSettings(beam_size=beam_size, **search)
+    export_translator(TranslatorModule(model, vocabularies, settings, use_cache=use_cache), path)
     signature = tf.saved_model.load(str(path)).signatures["translate"]
     return lambda batch: [t.decode("utf-8") for t in signature(text=tf.constant(batch))["translation"].numpy()]
 
@@ -145,12 +147,13 @@ def export_variants(cfg, vocabularies, model, directory, ctranslate2=False):
         return {name: saved_model(model, vocabularies, search, Path(directory) / name.replace(" ", "_"), *variant)
                 for name, variant in VARIANTS.items()}, search
     from kmt.inference.ctranslate2 import CT2Translator, export_ctranslate2
+    from kmt.inference.settings import SearchSettings
 
     translators = {}
     for weights in ("float32", "int8"):
         path = Path(directory) / f"ctranslate2_{weights}"
         quantization = None if weights == "float32" else weights
-        export_ctranslate2(model, vocabularies, dict(search, beam_size=1), path, quantization)
+        export_ctranslate2(model, vocabularies, SearchSettings(beam_size=1, **search), path, quantization)
         translators[f"CT2 {weights}"] = CT2Translator(path, compute_type=weights, intra_threads=os.cpu_count())
     variants = {}
     for name, (engine, beam_size) in CT2_VARIANTS.items():
@@ -158,7 +161,7 @@ def export_variants(cfg, vocabularies, model, directory, ctranslate2=False):
             variants[name] = saved_model(model, vocabularies, search, Path(directory) / f"beam{beam_size}", beam_size)
         else:
             variants[name] = lambda batch, translator=translators[engine], beam_size=beam_size: \
-                translator.translate(batch, beam_size=beam_size)[0]
+                translator.translate(batch, settings=translator.settings.replace(beam_size=beam_size))
     return variants, search
 
 

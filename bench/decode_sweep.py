@@ -81,8 +81,9 @@ def main(argv=None):
     from kmt.checkpoints import average_checkpoints, load_run_model
     from kmt.data import load_corpus
     from kmt.errors import KmtError
-    from kmt.inference.translate import batch_fn, translate_lines
-    from kmt.inference.translator import build_translator
+    from kmt.run_dir import RunDir
+    from kmt.inference.settings import SearchSettings
+    from kmt.inference.translators import KerasTranslator
     from kmt.metrics import tokenized_bleu, translation_scores
     from kmt.run_dir import RunDir
 
@@ -105,11 +106,10 @@ def main(argv=None):
     rows = []
     for beam_size in [int(b) for b in floats(args.beam_sizes)]:
         for alpha in floats(args.length_penalties):
-            decode = cfg.decode.copy()
-            decode.beam_size, decode.length_penalty = beam_size, alpha
-            translator = build_translator(model, vocabularies, decode)
+            settings = SearchSettings.from_config(cfg.decode).replace(beam_size=beam_size, length_penalty=alpha)
+            translator = KerasTranslator(model, vocabularies, settings)
             started = time.perf_counter()
-            hypotheses, _ = translate_lines(batch_fn(translator.translate), sources)
+            hypotheses = translator.translate(sources)
             seconds = time.perf_counter() - started
             scores = translation_scores(hypotheses, references, tokenized=tokenized_data)
             row = {"beam": beam_size, "alpha": alpha, "bleu": round(scores["bleu"], 2),

@@ -1,5 +1,5 @@
 """`build_*` factories: the model, its learning-rate schedule and optimizer, and the compiled model, from the config's
-`model` and `optim` groups (`kmt.inference.translator.build_translator` makes a translator from `decode`)."""
+`model` and `optim` groups (`kmt.inference.settings.SearchSettings.from_config` reads `decode`)."""
 
 import keras
 

@@ -341,20 +341,10 @@ def validate(cfg):
 
 
 def validate_decode(decode):
-    """The `decode` checks, for kmt-train's config and for kmt-export's overrides of a run's."""
-    beam_size, topk = decode.beam_size, decode.sampling_topk
-    temperature, topp = decode.sampling_temperature, decode.sampling_topp
-    _check(beam_size >= 1, f"decode.beam_size must be >= 1. Received: {beam_size}")
-    _check(topk >= 0, f"decode.sampling_topk must be >= 0. Received: {topk}")
-    _check(
-        topk == 1 or beam_size == 1,
-        f"decode.sampling_topk samples with decode.beam_size=1 only. Received: sampling_topk={topk}, "
-        f"beam_size={beam_size}",
-    )
-    _check(temperature > 0, f"decode.sampling_temperature must be positive. Received: {temperature}")
-    _check(0 < topp <= 1, f"decode.sampling_topp must be in (0, 1]. Received: {topp}")
-    _check(
-        topp == 1 or topk != 1,
-        f"decode.sampling_topp applies to sampling: set decode.sampling_topk=0 (or K > 1) too. Received: "
-        f"sampling_topp={topp}, sampling_topk={topk}",
-    )
+    """The `decode` checks, those of `kmt.inference.settings.SearchSettings`, naming the key."""
+    from kmt.inference.settings import SearchSettings, SettingsError
+
+    try:
+        SearchSettings.from_config(decode)
+    except SettingsError as error:
+        raise ConfigError(f"decode.{error}") from None

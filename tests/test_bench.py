@@ -415,11 +415,10 @@ def test_a_failed_training_ends_the_multi30k_bench_with_its_one_line_error(tmp_p
 # keras.ops search under JAX), in a process where TensorFlow cannot be imported.
 JAX_TRANSLATE = """
 import json, sys
-from kmt.checkpoints import load_run_model
-from kmt.inference.translate import translate_fn, translate_lines
-cfg, vocabularies, model = load_run_model(sys.argv[1], sys.argv[2])
+from kmt.inference.loading import load_translator
+translator = load_translator(sys.argv[1], checkpoint=sys.argv[2])
 lines = open(sys.argv[3], encoding="utf-8").read().splitlines()
-print(json.dumps(translate_lines(translate_fn(model, vocabularies, cfg.decode), lines, cfg.decode.batch_size)[0]))
+print(json.dumps(translator.translate(lines)))
 """
 
 
@@ -480,12 +479,11 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path, mu
     assert translation_scores(device, references)["chrf"] == pytest.approx(metrics["val"]["chrf"])  # the run's own
     differ = [i for i, (a, b) in enumerate(zip(device, saved_model)) if a != b]
     if differ:  # the `score` signature in full precision (kmt-score prints 4 decimals)
-        from kmt.cli.common import load_export
-        from kmt.cli.score import score_pairs
+        from kmt.inference.loading import load_translator
 
         lines = sources.read_text(encoding="utf-8").splitlines()
         pairs = [(lines[i], hypotheses[i]) for hypotheses in (device, saved_model) for i in differ]
-        scores = [log_probability for log_probability, _ in score_pairs(load_export(run / "export", "score"), pairs)]
+        scores = [score.log_probability for score in load_translator(run / "export").score(*zip(*pairs))]
         assert all(abs(a - b) <= 1e-5 for a, b in zip(scores[: len(differ)], scores[len(differ) :])), (
             [(device[i], saved_model[i]) for i in differ], scores)
 

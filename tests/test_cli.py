@@ -190,7 +190,7 @@ def test_export_rebuilds_from_a_checkpoint(smoke_run, tmp_path, capsys):
     too_many = run_cli("translate", tmp_path / "best", "--nbest", "3", input="Tuesday, March 5, 1996\n")
     assert too_many.returncode == 2
     assert too_many.stderr.strip().splitlines()[-1] == (
-        "error: --nbest 3 is more than the 2 hypotheses of the export's beam; export the run with "
+        "error: nbest 3 is more than the 2 hypotheses of the export's beam; export the run with "
         "`kmt-export RUN_DIR --beam-size 3`"
     )
     missing = run_cli("export", smoke_run, "--checkpoint", tmp_path / "nope.weights.h5")
@@ -250,7 +250,7 @@ def test_export_samples_for_back_translation(smoke_run, tmp_path, capsys):
     both = refused(capsys, export.main, smoke_run, "--sampling-topk", "0", "--beam-size", "4", "--average", "2",
                    "--output", tmp_path / "no")
     assert both == (
-        2, "error: decode.sampling_topk samples with decode.beam_size=1 only. Received: sampling_topk=0, beam_size=4"
+        2, "error: sampling_topk samples with beam_size=1 only. Received: sampling_topk=0, beam_size=4"
     )
     assert not (smoke_run / "checkpoints" / "average_last2.weights.h5").exists()  # refused before any work
 

@@ -14,18 +14,19 @@ if keras.backend.backend() != "tensorflow":
     pytest.skip("the translator and the SavedModel need the TensorFlow backend", allow_module_level=True)
 
 from kmt.checkpoints import load_run_keras, load_run_model  # noqa: E402
-from kmt.cli.common import load_export  # noqa: E402
 from kmt.inference.decoding import search_ids  # noqa: E402
-from kmt.inference.translator import build_translator  # noqa: E402
+from kmt.inference.loading import load_translator  # noqa: E402
+from kmt.inference.settings import SearchSettings  # noqa: E402
+from kmt.inference.translator import TranslatorModule  # noqa: E402
+from kmt.inference.translators import Hypothesis, KerasTranslator, SavedModelTranslator  # noqa: E402
+from kmt.tokenizer import Vocabularies  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "fixtures" / "pre57"
 RECORD = json.loads((FIXTURE / "translations.json").read_text(encoding="utf-8"))
 INPUTS = RECORD["inputs"]
 
 
-class Decode:  # the fixture's decode settings (config.yaml's decode group)
-    beam_size, length_penalty, max_length_a, max_length_b = 3, 0.6, 1.5, 10
-    sampling_topk, sampling_temperature, sampling_topp = 1, 1.0, 1.0
+DECODE = SearchSettings(beam_size=3, length_penalty=0.6, max_length_a=1.5, max_length_b=10)  # the fixture's
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +43,8 @@ def assert_same(recorded, translations, scores):
 
 
 def translate(model, vocabularies, beam_size):
-    translator = build_translator(model, vocabularies, Decode, beam_size=1 if beam_size == 1 else None)
-    outputs = translator.translate(tf.constant(INPUTS))
+    module = TranslatorModule(model, vocabularies, DECODE if beam_size == 3 else DECODE.greedy())
+    outputs = module.translate(tf.constant(INPUTS))
     return [t.decode() for t in outputs["translation"].numpy()], outputs["score"].numpy()
 
 
@@ -52,7 +53,7 @@ def test_model_keras_translates_as_before(run, beam_size):
     _, vocabularies, model = load_run_keras(run)  # a plain functional model in the file: rebuilt, its weights loaded
     assert_same(RECORD[f"model_keras_beam{beam_size}"], *translate(model, vocabularies, beam_size))
     recorded = RECORD[f"ids_beam{beam_size}"]
-    tokens, scores = search_ids(model, np.array(recorded["source"], "int32"), beam_size=beam_size)
+    tokens, scores = search_ids(model, np.array(recorded["source"], "int32"), SearchSettings(beam_size=beam_size))
     assert keras.ops.convert_to_numpy(tokens).tolist() == recorded["tokens"]
     np.testing.assert_allclose(keras.ops.convert_to_numpy(scores), recorded["scores"], rtol=1e-5, atol=1e-5)
 
@@ -63,10 +64,21 @@ def test_weights_rebuilt_from_config_translate_as_before(run, beam_size):
     assert_same(RECORD[f"rebuilt_beam{beam_size}"], *translate(model, vocabularies, beam_size))
 
 
+def test_the_run_directory_translates_as_before(run):
+    translator = load_translator(run)  # the model rebuilt from config.yaml and the last epoch, the run's settings
+    assert isinstance(translator, KerasTranslator) and translator.settings == DECODE
+    best = translator.translate(INPUTS, nbest=1)
+    assert_same(RECORD["rebuilt_beam3"], [h[0].text for h in best], [h[0].score for h in best])
+    assert translator.translate(INPUTS) == [h[0].text for h in best]
+
+
 def test_export_translates_as_before(run):
-    outputs = load_export(run / "export")(text=tf.constant(INPUTS))
-    assert_same(RECORD["export"], [t.decode() for t in outputs["translation"].numpy()], outputs["score"].numpy())
-    outputs = load_export(run / "export", "translate_nbest")(text=tf.constant(INPUTS))
+    translator = load_translator(run / "export")
+    assert isinstance(translator, SavedModelTranslator) and translator.settings is None
+    best = translator.translate(INPUTS, nbest=1)
+    assert_same(RECORD["export"], [h[0].text for h in best], [h[0].score for h in best])
+    nbest = translator.translate(INPUTS, nbest=3)
+    assert all(isinstance(h, Hypothesis) for row in nbest for h in row)
     recorded = RECORD["export_nbest"]
-    assert [[t.decode() for t in row] for row in outputs["translations"].numpy()] == recorded["translations"]
-    np.testing.assert_allclose(outputs["scores"].numpy(), recorded["scores"], rtol=1e-5, atol=1e-5)
+    assert [[h.text for h in row] for row in nbest] == recorded["translations"]
+    np.testing.assert_allclose([[h.score for h in row] for row in nbest], recorded["scores"], rtol=1e-5, atol=1e-5)

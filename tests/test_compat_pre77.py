@@ -14,11 +14,12 @@ keras = pytest.importorskip("keras")
 if keras.backend.backend() != "tensorflow":
     pytest.skip("the translator needs the TensorFlow backend", allow_module_level=True)
 
-import kmt  # noqa: E402,F401  (registers kmt's layers for loading)
 from kmt.build import build_model, build_schedule, compile_model  # noqa: E402
 from kmt.checkpoints import load_run_keras, load_run_model  # noqa: E402
 from kmt.inference.decoding import search_ids  # noqa: E402
-from kmt.inference.translator import build_translator  # noqa: E402
+from kmt.inference.loading import load_translator  # noqa: E402
+from kmt.inference.settings import SearchSettings  # noqa: E402
+from kmt.inference.translator import TranslatorModule  # noqa: E402
 from kmt.run_dir import RunDir  # noqa: E402
 from kmt.tokenizer import Vocabularies  # noqa: E402
 
@@ -28,9 +29,7 @@ INPUTS = RECORD["inputs"]
 ARCHS = ["transformer", "lstm"]
 
 
-class Decode:  # the decode settings translations.json was recorded with
-    beam_size, length_penalty, max_length_a, max_length_b = 3, 0.6, 1.5, 10
-    sampling_topk, sampling_temperature, sampling_topp = 1, 1.0, 1.0
+DECODE = SearchSettings(beam_size=3, length_penalty=0.6, max_length_a=1.5, max_length_b=10)  # the recorded ones
 
 
 @pytest.fixture(scope="module", params=ARCHS)
@@ -47,8 +46,8 @@ def assert_same(recorded, translations, scores):
 
 
 def translate(model, vocabularies, beam_size):
-    translator = build_translator(model, vocabularies, Decode, beam_size=1 if beam_size == 1 else None)
-    outputs = translator.translate(tf.constant(INPUTS))
+    module = TranslatorModule(model, vocabularies, DECODE if beam_size == 3 else DECODE.greedy())
+    outputs = module.translate(tf.constant(INPUTS))
     return [t.decode() for t in outputs["translation"].numpy()], outputs["score"].numpy()
 
 
@@ -58,7 +57,8 @@ def test_model_keras_translates_as_before(run):
     for beam_size in (1, 3):
         assert_same(RECORD[f"{arch}_model_keras_beam{beam_size}"], *translate(model, vocabularies, beam_size))
         recorded = RECORD[f"{arch}_ids_beam{beam_size}"]
-        tokens, scores = search_ids(model, np.array(recorded["source"], "int32"), beam_size=beam_size)
+        tokens, scores = search_ids(model, np.array(recorded["source"], "int32"),
+                                    SearchSettings(beam_size=beam_size))
         assert keras.ops.convert_to_numpy(tokens).tolist() == recorded["tokens"]
         np.testing.assert_allclose(keras.ops.convert_to_numpy(scores), recorded["scores"], rtol=1e-5, atol=1e-5)
 
@@ -84,3 +84,10 @@ def test_resume_state_loads_into_the_model_training_builds(run):
     last.load_weights(run_dir.checkpoints.find("last"))
     for ours, theirs in zip(model.get_weights(), last.get_weights()):
         np.testing.assert_array_equal(ours, theirs)
+
+
+def test_the_run_directory_loads_with_kmt_load(run):
+    arch, directory = run
+    translator = load_translator(directory)  # what kmt.load opens: the model rebuilt, the run's last epoch
+    best = translator.translate(INPUTS, settings=DECODE, nbest=1)
+    assert_same(RECORD[f"{arch}_rebuilt_beam3"], [h[0].text for h in best], [h[0].score for h in best])

@@ -14,7 +14,9 @@ from kmt.checkpoints import load_run_model
 from kmt.cli import export as export_cli
 from kmt.cli import translate as translate_cli
 from kmt.data.dates import generate_date_pairs
-from kmt.inference.ctranslate2 import CT2Translator, export_ctranslate2, pieces
+from kmt.inference.ctranslate2 import CT2Translator, export_ctranslate2
+from kmt.inference.settings import SearchSettings
+from kmt.inference.translators import KerasTranslator
 from kmt.inference.decoding import search_ids
 from kmt.models import Transformer
 from kmt.special_ids import END_ID, PAD_ID
@@ -27,7 +29,7 @@ needs_ctranslate2 = pytest.mark.skipif(importlib.util.find_spec("ctranslate2") i
 
 DATES = ["Tuesday, March 5, 1996", "5 march 96", "12/31/1999", "the third of May 2001", "saturday april 13 2019",
          "1 1 1", "September 30, 1845, a Tuesday, and a longer sentence after it", "", "x" * 500]
-SEARCH = {"beam_size": 1, "length_penalty": 0.6, "max_length_a": 1.5, "max_length_b": 10}
+SEARCH = SearchSettings(beam_size=1, length_penalty=0.6, max_length_a=1.5, max_length_b=10)
 
 
 def kmt_search(model, rows, max_length_a, max_length_b, beam_size=1, length_penalty=0.0):
@@ -38,8 +40,9 @@ def kmt_search(model, rows, max_length_a, max_length_b, beam_size=1, length_pena
     source = np.full((len(rows), max(1, *map(len, rows))), PAD_ID, np.int32)
     for i, row in enumerate(rows):
         source[i, : len(row)] = row
-    tokens, scores = search_ids(model, source, max_length_a=max_length_a, max_length_b=max_length_b,
-                                beam_size=beam_size, length_penalty=length_penalty)
+    settings = SearchSettings(beam_size=beam_size, length_penalty=length_penalty, max_length_a=max_length_a,
+                              max_length_b=max_length_b)
+    tokens, scores = search_ids(model, source, settings)
     tokens, scores = keras.ops.convert_to_numpy(tokens), keras.ops.convert_to_numpy(scores)
     ids = [[int(t) for t in row if t not in (PAD_ID, END_ID)] for row in tokens]
     return [row if len(source_row) else [] for row, source_row in zip(ids, rows)], scores
@@ -48,8 +51,9 @@ def kmt_search(model, rows, max_length_a, max_length_b, beam_size=1, length_pena
 def assert_same_greedy(model, vocabularies, sentences, directory, decode=SEARCH, check_scores=True):
     export_ctranslate2(model, vocabularies, decode, directory)
     rows = vocabularies.source.encode(sentences)
-    expected, expected_scores = kmt_search(model, rows, decode["max_length_a"], decode["max_length_b"])
-    ids, scores = CT2Translator(directory, compute_type="float32").search(rows, beam_size=1)
+    expected, expected_scores = kmt_search(model, rows, decode.max_length_a, decode.max_length_b)
+    translator = CT2Translator(directory, compute_type="float32")
+    ids, scores = translator.search(rows, translator.settings.replace(beam_size=1))
     assert ids == expected  # token for token, every sentence stopped where kmt stops it
     assert sum(map(len, ids)) > len(ids)  # the model emitted tokens, not end tokens only
     if not check_scores:
@@ -75,11 +79,12 @@ def multi30k_run(tmp_path_factory):
 def test_dates_run_greedy_is_kmts_token_for_token(smoke_run, tmp_path):
     cfg, vocabularies, model = load_run_model(smoke_run)
     assert not cfg.model.norm_first and cfg.model.shared_embeddings and cfg.model.tied_output
-    assert_same_greedy(model, vocabularies, DATES, tmp_path / "ct2", cfg.decode)
+    assert_same_greedy(model, vocabularies, DATES, tmp_path / "ct2", SearchSettings.from_config(cfg.decode))
     # Beam search differs only in the length penalty's formula: with alpha 0 (none) the beams are kmt's too.
     rows = vocabularies.source.encode(DATES)
     expected, _ = kmt_search(model, rows, cfg.decode.max_length_a, cfg.decode.max_length_b, beam_size=3)
-    assert CT2Translator(tmp_path / "ct2").search(rows, beam_size=3, length_penalty=0.0)[0] == expected
+    translator = CT2Translator(tmp_path / "ct2")
+    assert translator.search(rows, translator.settings.replace(beam_size=3, length_penalty=0.0))[0] == expected
 
 
 @needs_ctranslate2
@@ -89,7 +94,7 @@ def test_multi30k_prenorm_run_greedy_is_kmts_token_for_token(multi30k_run, tmp_p
     assert cfg.model.norm_first
     with open(os.path.join(os.environ["KMT_DATA_DIR"], "multi30k", "val.en"), encoding="utf-8") as f:
         sentences = [next(f).strip() for _ in range(32)]
-    assert_same_greedy(model, vocabularies, sentences, tmp_path / "ct2", cfg.decode)
+    assert_same_greedy(model, vocabularies, sentences, tmp_path / "ct2", SearchSettings.from_config(cfg.decode))
 
 
 @needs_ctranslate2
@@ -106,6 +111,13 @@ def test_other_model_shapes_convert(shape, tmp_path):
     model = Transformer(vocabularies.source.vocab_size, target_vocab_size=vocabularies.target.vocab_size,
                         num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, max_length=24, **shape)
     assert_same_greedy(model, vocabularies, DATES, tmp_path / "ct2")
+    # Scoring given pairs: the log-probabilities kmt's `score_ids` gives, NaN where it gives NaN.
+    targets = ["1996-03-05", "", "x", *DATES[3:]]
+    expected = KerasTranslator(model, vocabularies).score(DATES, targets)
+    scores = CT2Translator(tmp_path / "ct2", compute_type="float32").score(DATES, targets)
+    assert [s.tokens for s in scores] == [s.tokens for s in expected]
+    np.testing.assert_allclose([s.log_probability for s in scores], [s.log_probability for s in expected],
+                               rtol=1e-4, atol=1e-3)
     names = set(os.listdir(tmp_path / "ct2"))
     assert ({"joint.model", "shared_vocabulary.json"} if joint else
             {"source.model", "target.model", "source_vocabulary.json", "target_vocabulary.json"}) <= names
@@ -124,6 +136,8 @@ def test_the_pad_token_is_never_emitted(tmp_path):
     bias.assign(keras.ops.convert_to_numpy(bias) + 3.0 * (np.arange(bias.shape[0]) == PAD_ID))
     export_ctranslate2(model, vocabularies, SEARCH, tmp_path / "ct2")
     rows = vocabularies.source.encode(DATES)
+    from kmt.inference.ct2_converter import pieces
+
     source_pieces = pieces(vocabularies.source)
     unsuppressed = CT2Translator(tmp_path / "ct2").translator.translate_batch(
         [[source_pieces[i] for i in row] for row in rows if len(row)], beam_size=1, min_decoding_length=0,
@@ -176,8 +190,8 @@ def test_bad_input_stops_in_one_line(smoke_run, tmp_path, capsys):
     assert code == 2 and "quantization is for format ctranslate2" in line
     code, line = refused(capsys, translate_cli.main, smoke_run / "export", "--beam-size", "4")
     assert code == 2 and "search settings are baked in" in line
-    code, line = refused(capsys, translate_cli.main, tmp_path)  # neither a SavedModel nor a CTranslate2 directory
-    assert code == 2 and "is not a SavedModel directory" in line
+    code, line = refused(capsys, translate_cli.main, tmp_path)  # neither a run, a SavedModel nor a CTranslate2 one
+    assert code == 2 and "is not a kmt run directory (config.yaml), SavedModel export" in line
 
 
 def test_without_ctranslate2_the_export_names_the_extra(smoke_run, tmp_path, capsys, monkeypatch):

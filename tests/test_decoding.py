@@ -9,6 +9,7 @@ import pytest
 from keras import ops
 
 from kmt.inference.decoding import search_ids
+from kmt.inference.settings import SearchSettings
 from kmt.inference.lengths import decode_lengths
 from kmt.inference.search import beam_search, expand_to_beams, greedy_search
 from kmt.inference.steps import cached_next_fn
@@ -18,8 +19,9 @@ from tests.tiny_transformers import END, PAD, SOURCE, UNTIED_PRE_NORM, random_mo
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_cached_and_uncached_decoding_agree(beam_size):
     model = random_model(num_layers=2, **UNTIED_PRE_NORM)
-    cached, cached_scores = (to_numpy(x) for x in search_ids(model, SOURCE, beam_size=beam_size))
-    uncached, uncached_scores = (to_numpy(x) for x in search_ids(model, SOURCE, beam_size=beam_size, use_cache=False))
+    settings = SearchSettings(beam_size=beam_size)
+    cached, cached_scores = (to_numpy(x) for x in search_ids(model, SOURCE, settings))
+    uncached, uncached_scores = (to_numpy(x) for x in search_ids(model, SOURCE, settings, use_cache=False))
     np.testing.assert_array_equal(cached, uncached)
     np.testing.assert_allclose(cached_scores, uncached_scores, atol=1e-4)
     assert cached.shape == (3, min(24, math.ceil(1.5 * 7 + 10)))
@@ -36,7 +38,8 @@ def test_beam_size_one_equals_greedy_on_a_model():
     greedy, _ = greedy_search(next_fn, state, 3, 9)
     beam, _ = beam_search(next_fn, expand_to_beams(state, 1), 3, 9, beam_size=1)
     np.testing.assert_array_equal(to_numpy(beam), to_numpy(greedy))
-    np.testing.assert_array_equal(to_numpy(search_ids(model, SOURCE, max_length=9)[0]), to_numpy(greedy)[:, 1:])
+    searched = search_ids(model, SOURCE, SearchSettings(beam_size=1, max_length=9))[0]
+    np.testing.assert_array_equal(to_numpy(searched), to_numpy(greedy)[:, 1:])
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
@@ -44,8 +47,9 @@ def test_a_sentence_decodes_alike_alone_and_beside_a_longer_one(beam_size):
     model = random_model(num_layers=2, **UNTIED_PRE_NORM)
     bias = model.get_layer("output_projection").bias
     bias.assign(np.where(np.arange(17) == END, -1e4, to_numpy(bias)))  # the end token never wins: the limits bind
-    alone_tokens, alone_scores = (to_numpy(x) for x in search_ids(model, SOURCE[1:2, :4], beam_size=beam_size))
-    tokens, scores = (to_numpy(x) for x in search_ids(model, SOURCE, beam_size=beam_size))  # row 1 padded to 7
+    settings = SearchSettings(beam_size=beam_size)
+    alone_tokens, alone_scores = (to_numpy(x) for x in search_ids(model, SOURCE[1:2, :4], settings))
+    tokens, scores = (to_numpy(x) for x in search_ids(model, SOURCE, settings))  # row 1 padded to 7
     assert alone_tokens.shape == (1, 16) and tokens.shape == (3, 21)  # ceil(1.5 * 4 + 10), ceil(1.5 * 7 + 10)
     assert (alone_tokens != PAD).all()
     np.testing.assert_array_equal(tokens[1], np.pad(alone_tokens[0], (0, 21 - 16)))
@@ -56,8 +60,8 @@ def test_a_sentence_decodes_alike_alone_and_beside_a_longer_one(beam_size):
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_translate_ids_nbest_starts_with_the_best(beam_size):
     model = random_model(num_layers=2, **UNTIED_PRE_NORM)
-    tokens, scores = (to_numpy(x) for x in search_ids(model, SOURCE, beam_size=beam_size))
-    searched = search_ids(model, SOURCE, beam_size=beam_size, num_hypotheses=beam_size)
+    tokens, scores = (to_numpy(x) for x in search_ids(model, SOURCE, SearchSettings(beam_size=beam_size)))
+    searched = search_ids(model, SOURCE, SearchSettings(beam_size=beam_size, nbest=beam_size))
     nbest, nbest_scores = (to_numpy(x) for x in searched)
     assert nbest.shape == (3, beam_size, tokens.shape[1]) and nbest_scores.shape == (3, beam_size)
     np.testing.assert_array_equal(nbest[:, 0], tokens)
@@ -65,8 +69,8 @@ def test_translate_ids_nbest_starts_with_the_best(beam_size):
     assert (np.diff(nbest_scores, axis=1) <= 0).all()
     assert all(len({tuple(h) for h in row}) == beam_size for row in nbest)  # distinct hypotheses
     if beam_size == 1:
-        with pytest.raises(ValueError, match="beam_size 1 gives one hypothesis"):
-            search_ids(model, SOURCE, num_hypotheses=2)
+        with pytest.raises(ValueError, match="nbest must be 1 to beam_size. Received: nbest=2, beam_size=1"):
+            SearchSettings(beam_size=1, nbest=2)
 
 
 def test_translate_ids_samples_with_the_noise_it_is_given():
@@ -76,21 +80,22 @@ def test_translate_ids_samples_with_the_noise_it_is_given():
 
     def sample(noise, **kwargs):
         uniform = lambda shape: ops.convert_to_tensor(noise)  # noqa: E731
-        return to_numpy(search_ids(model, SOURCE, sampling_topk=0, random_uniform=uniform, **kwargs)[0])
+        settings = SearchSettings(beam_size=1, sampling_topk=0, **kwargs)
+        return to_numpy(search_ids(model, SOURCE, settings, random_uniform=uniform)[0])
 
     first = sample(fixed[0])
     np.testing.assert_array_equal(sample(fixed[0]), first)  # the same noise draws the same translations
     assert (sample(fixed[1]) != first).any()
     np.testing.assert_array_equal(sample(fixed[0], sampling_temperature=1e-4), to_numpy(search_ids(model, SOURCE)[0]))
-    with pytest.raises(ValueError, match="sampling needs beam_size 1"):
-        search_ids(model, SOURCE, beam_size=2, sampling_topk=0)
+    with pytest.raises(ValueError, match="sampling_topk samples with beam_size=1 only"):
+        SearchSettings(beam_size=2, sampling_topk=0)
 
 
 def test_translate_ids_limits_and_errors():
     model = random_model()
-    assert tuple(search_ids(model, SOURCE, max_length=5)[0].shape) == (3, 5)
+    assert tuple(search_ids(model, SOURCE, SearchSettings(beam_size=1, max_length=5))[0].shape) == (3, 5)
     with pytest.raises(ValueError, match="beam_size=0"):
-        search_ids(model, SOURCE, beam_size=0)
+        SearchSettings(beam_size=0)
     source = keras.Input((None,), dtype="int32")
     with pytest.raises(ValueError, match="Received: model 'not_a_transformer'"):
         search_ids(keras.Model(source, keras.layers.Embedding(5, 4)(source), name="not_a_transformer"), SOURCE)
@@ -103,13 +108,13 @@ def test_translate_ids_runs_in_a_tf_function_with_dynamic_shapes(beam_size):
 
     model = random_model()
     translate = tf.function(
-        lambda source: search_ids(model, source, beam_size=beam_size),
+        lambda source: search_ids(model, source, SearchSettings(beam_size=beam_size)),
         input_signature=[tf.TensorSpec([None, None], tf.int32)],
     )
     limits = tf.function(lambda source: decode_lengths(source, 20, 1.5, 10), input_signature=translate.input_signature)
     np.testing.assert_array_equal(limits(tf.constant(SOURCE)).numpy(), [19, 16, 20])
     for source in (SOURCE, SOURCE[:2, :4]):
-        eager_tokens, eager_scores = search_ids(model, source, beam_size=beam_size)
+        eager_tokens, eager_scores = search_ids(model, source, SearchSettings(beam_size=beam_size))
         graph_tokens, graph_scores = translate(tf.constant(source))
         np.testing.assert_array_equal(graph_tokens.numpy(), to_numpy(eager_tokens))
         np.testing.assert_allclose(graph_scores.numpy(), to_numpy(eager_scores), atol=1e-5)

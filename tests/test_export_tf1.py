@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from kmt.inference.export import export_translator
-from kmt.inference.translator import Translator
+from kmt.inference.settings import SearchSettings
+from kmt.inference.translator import TranslatorModule
 from kmt.models import Transformer
 from kmt.tokenizer import Vocabularies, train_tokenizer
 
@@ -49,7 +50,7 @@ def test_export_loads_with_tf2_and_tf1_session_loaders(tmp_path, beam_size):
     # Dropout > 0 so the model also holds seed-generator variables that decoding never reads.
     model = Transformer(tokenizer.vocab_size, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32,
                         dropout=0.1, max_length=24)
-    translator = Translator(model, vocabularies, beam_size=beam_size)
+    translator = TranslatorModule(model, vocabularies, SearchSettings(beam_size=beam_size))
     expected = translator.translate(np.array(INPUTS, dtype=object))
     expected = {"translation": [t.decode("utf-8") for t in expected["translation"].numpy()],
                 "score": expected["score"].numpy()}

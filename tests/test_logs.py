@@ -56,7 +56,7 @@ def test_validation_bleu_scores_the_trained_weights_in_the_decoding_copy(tmp_pat
 
     def translate(lines):  # right only once the decoder holds the trained weights
         same = all(np.array_equal(a, b) for a, b in zip(decoder.get_weights(), trained.get_weights()))
-        return (references if same else ["x"] * len(lines)), [0.0] * len(lines)
+        return references if same else ["x"] * len(lines)
 
     callback = ValidationBLEU(translate, ["source one", "source two"], references, decoder=decoder)
     callback.set_model(trained)

@@ -38,7 +38,8 @@ def test_a_registered_toy_architecture_trains_decodes_and_exports(tmp_path):
         pytest.skip("the export needs the TensorFlow backend")
     import tensorflow as tf
 
-    from kmt.cli.common import load_export
+    from kmt.api import load
+    from kmt.inference.settings import SearchSettings
     from kmt.training import train
 
     train(compose_config("model.arch=toy_prenorm", "trainer.epochs=1"), tmp_path)
@@ -48,7 +49,7 @@ def test_a_registered_toy_architecture_trains_decodes_and_exports(tmp_path):
     assert type(model) is PreNormUntied and model.decoder_norm is not None and model.output_projection is not None
     assert type(load_run_model(tmp_path)[2]) is PreNormUntied
     source = vocabularies.source.tokenize(tf.constant(["5 March 1996"])).to_tensor(default_value=0)
-    tokens, scores = search_ids(model, source, beam_size=2)
+    tokens, scores = search_ids(model, source, SearchSettings(beam_size=2))
     assert tokens.shape[0] == 1 and np.isfinite(keras.ops.convert_to_numpy(scores)).all()
-    outputs = load_export(tmp_path / "export")(text=tf.constant(["5 March 1996", ""]))
-    assert outputs["translation"].shape == (2,) and outputs["translation"].numpy()[1] == b""
+    translations = load(tmp_path / "export").translate(["5 March 1996", ""])
+    assert len(translations) == 2 and translations[1] == ""

@@ -338,9 +338,10 @@ def test_mistakes_in_the_command_line_stop_in_one_line(capsys, smoke_run, tmp_pa
     from kmt.cli.serve import main
     from tests.helpers import refused
 
-    assert refused(capsys, main, tmp_path) == (2, f"error: {tmp_path} is neither a SavedModel directory (no "
-                                                  "saved_model.pb) nor a CTranslate2 one; pass a run's export/ "
-                                                  "directory or the output of kmt-export --format ctranslate2")
+    assert refused(capsys, main, tmp_path) == (2, f"error: {tmp_path} is not a kmt run directory (config.yaml), "
+                                                  "SavedModel export (saved_model.pb) or CTranslate2 directory; pass "
+                                                  "a run, its export/ or the output of kmt-export --format "
+                                                  "ctranslate2")
     assert refused(capsys, main, tmp_path, "--max-queue", "8")[1].endswith(
         "--max-queue must hold one request of --max-sentences. Received: --max-queue 8, --max-sentences 64")
     assert refused(capsys, main, tmp_path, "--batch-timeout-ms", "-1")[1].endswith(

@@ -99,8 +99,8 @@ def main(argv=None):
             )
         # Files of translations are read first: a mistake in one stops before any model loads.
         compare = {system: read_lines(system) for system in args.compare or [] if not Path(system).is_dir()}
-        translator = load(args.export_dir)
-        compare = {system: compare[system] if system in compare else load(system) for system in args.compare or []}
+        translator = load(args.export_dir, batch_size=args.batch_size)
+        compare = {system: compare[system] if system in compare else load(system, batch_size=args.batch_size) for system in args.compare or []}
         scores = evaluate(translator, test.source, test.target, tokenized_references=tokenized, lang=lang,
                           compare=compare, tokenized=args.tokenized, name=args.export_dir)
     hypotheses = scores.pop("translations")

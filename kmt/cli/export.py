@@ -79,13 +79,9 @@ def main(argv=None):
 
 
 def search_overrides(args):
-    """The search settings given on the command line (sampling draws one translation: beam size 1 unless given)."""
-    flags = {"beam_size": args.beam_size, "length_penalty": args.length_penalty, "sampling_topk": args.sampling_topk,
-             "sampling_temperature": args.sampling_temperature, "sampling_topp": args.sampling_topp}
-    given = {key: value for key, value in flags.items() if value is not None}
-    if args.sampling_topk not in (None, 1) and args.beam_size is None:
-        given["beam_size"] = 1
-    return given
+    """The search settings given on the command line (`SearchSettings.replace` skips those not given)."""
+    return {"beam_size": args.beam_size, "length_penalty": args.length_penalty, "sampling_topk": args.sampling_topk,
+            "sampling_temperature": args.sampling_temperature, "sampling_topp": args.sampling_topp}
 
 
 if __name__ == "__main__":

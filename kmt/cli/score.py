@@ -1,6 +1,7 @@
 """`kmt-score EXPORT_DIR --source FILE --target FILE`: the model's log-probability of each given translation.
 
-Forced decoding: for each pair of lines, the exported model predicts the target's tokens and its end token from
+EXPORT_DIR is a SavedModel export, a CTranslate2 directory or a run directory (`kmt.inference.loading`).
+Forced decoding: for each pair of lines, the model predicts the target's tokens and its end token from
 the source and the target prefix, and the sum of their log-probabilities (natural log) is written, one line per
 pair (fairseq-generate's --score-reference, OpenNMT-tf's `score` run type). Uses: filtering a noisy corpus,
 reranking `kmt-translate --nbest` lists with another model (a target-to-source model scores the source given each
@@ -23,17 +24,19 @@ import math
 import sys
 
 from kmt.cli import console_script
-from kmt.cli.common import load_export, setup_logging
+from kmt.cli.common import setup_logging
 from kmt.cli.errors import exit_on_user_error, fail
 from kmt.data.sources import read_parallel
-from kmt.inference.translate import map_sorted
+from kmt.inference.loading import load_translator
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="kmt-score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("export_dir", help="a SavedModel written by kmt-train or kmt-export (a run's export/)")
+    parser.add_argument("export_dir", help="a SavedModel written by kmt-train or kmt-export (a run's export/), a "
+                                           "CTranslate2 directory (kmt-export RUN_DIR --format ctranslate2) or a run "
+                                           "directory")
     parser.add_argument("--source", required=True, help="source sentences, one per line")
     parser.add_argument("--target", required=True, help="translations to score, line-aligned with --source")
     parser.add_argument("--output", default="-", help="file to write the scores to instead of stdout")
@@ -47,27 +50,14 @@ def parse_args(argv=None):
     return args
 
 
-def score_pairs(score, pairs, batch_size=64, progress=False):
-    """`[(log-probability, tokens)]` of each `(source, target)` in `pairs` with a SavedModel's `score` signature."""
-    import tensorflow as tf
-
-    def score_batch(batch):
-        sources, targets = zip(*batch)
-        outputs = score(source=tf.constant(sources, tf.string), target=tf.constant(targets, tf.string))
-        return zip(outputs["score"].numpy().tolist(), outputs["length"].numpy().tolist())
-
-    return map_sorted(score_batch, pairs, batch_size, key=lambda pair: len(pair[0]) + len(pair[1]),
-                      progress=progress, verb="scored")
-
-
 @console_script
 def main(argv=None):
     args = parse_args(argv)
     setup_logging(args.verbose)
     with exit_on_user_error():
         pairs = read_parallel(args.source, args.target)
-    score = load_export(args.export_dir, "score")
-    results = score_pairs(score, list(zip(pairs.source, pairs.target)), args.batch_size, args.verbose)
+        translator = load_translator(args.export_dir, batch_size=args.batch_size)
+        results = translator.score(pairs.source, pairs.target, progress=args.verbose)
     try:
         out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
     except OSError as error:

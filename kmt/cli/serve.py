@@ -38,8 +38,8 @@ def parse_args(argv=None):
         prog="kmt-serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("export_dir", metavar="EXPORT_DIR",
-                        help="a kmt SavedModel export (a run's export/), or a CTranslate2 directory "
-                        "(kmt-export RUN_DIR --format ctranslate2)")
+                        help="a kmt SavedModel export (a run's export/), a CTranslate2 directory "
+                        "(kmt-export RUN_DIR --format ctranslate2) or a run directory (its Keras model)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on; 0.0.0.0 for every interface (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8501,

@@ -1,17 +1,18 @@
 """`kmt-translate EXPORT_DIR`: translate sentences from stdin (one per line) to stdout (one per line).
 
 Output line i always translates input line i (with --nbest N, lines N*i to N*i + N - 1 do): empty and
-whitespace-only lines give empty lines, over-long lines are truncated to the model's maximum length. Search settings
-(beam size, length penalty) are those the model was exported with (`kmt-export RUN_DIR --beam-size N` to change
-them).
+whitespace-only lines give empty lines, over-long lines are truncated to the model's maximum length. A SavedModel's
+search settings (beam size, length penalty) are those it was exported with (`kmt-export RUN_DIR --beam-size N` to
+change them).
 
 Input is read --buffer-size lines at a time, translated in batches of similar length and written out before the
 next lines are read, so large files stream and output appears as it is done. At a terminal every line is
 translated as soon as it is entered (Ctrl-D ends the session).
 
 EXPORT_DIR may also be a CTranslate2 directory (`kmt-export RUN_DIR --format ctranslate2`), decoded by CTranslate2
-instead of TensorFlow; there --beam-size and --length-penalty override the exported search settings (CTranslate2's
-length penalty divides a score by length^alpha, not by GNMT's ((5 + length) / 6)^alpha).
+instead of TensorFlow, or a run directory, decoded by its Keras model under any backend; there --beam-size and
+--length-penalty override the exported (or the run's `decode`) search settings (CTranslate2's length penalty divides
+a score by length^alpha, not by GNMT's ((5 + length) / 6)^alpha).
 
 Examples:
     echo "Tuesday, March 5, 1996" | kmt-translate runs/dates/<time>/export
@@ -24,19 +25,21 @@ import sys
 from pathlib import Path
 
 from kmt.cli import console_script
-from kmt.cli.common import load_export, setup_logging
+from kmt.cli.common import setup_logging
 from kmt.cli.errors import exit_on_user_error, fail
 from kmt.errors import KmtError
-from kmt.inference.ctranslate2 import is_ctranslate2_dir
-from kmt.inference.translate import batch_fn, translate_stream
+from kmt.inference.loading import load_translator, translator_kind
+from kmt.inference.settings import SearchSettings
+from kmt.inference.translate import translate_stream
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="kmt-translate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("export_dir", help="a SavedModel written by kmt-train or kmt-export (a run's export/), or a "
-                                           "CTranslate2 directory (kmt-export RUN_DIR --format ctranslate2)")
+    parser.add_argument("export_dir", help="a SavedModel written by kmt-train or kmt-export (a run's export/), a "
+                                           "CTranslate2 directory (kmt-export RUN_DIR --format ctranslate2) or a run "
+                                           "directory")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default: 64)")
     parser.add_argument("--buffer-size", type=int,
                         help="lines read and sorted by length before they are translated and written (default: "
@@ -46,11 +49,12 @@ def parse_args(argv=None):
     parser.add_argument("--scores", action="store_true", help="prefix each line with its score and a TAB")
     parser.add_argument("--nbest", type=int, metavar="N",
                         help="write the N best translations of each line (N lines per input line, best first; "
-                             "fairseq's --nbest, OpenNMT-tf's n_best), from the export's beam of K hypotheses, "
-                             "N <= K (`kmt-export RUN_DIR --beam-size K` for a wider beam)")
+                             "fairseq's --nbest, OpenNMT-tf's n_best), from the beam of K hypotheses, N <= K "
+                             "(`kmt-export RUN_DIR --beam-size K` for a wider beam; not for CTranslate2)")
+    search = parser.add_argument_group("CTranslate2 and run directories only")
+    search.add_argument("--beam-size", type=int, help="beam size (1: greedy; default: the exported setting)")
+    search.add_argument("--length-penalty", type=float, help="length penalty alpha (default: the exported setting)")
     ct2 = parser.add_argument_group("CTranslate2 directories only")
-    ct2.add_argument("--beam-size", type=int, help="beam size (1: greedy; default: the exported setting)")
-    ct2.add_argument("--length-penalty", type=float, help="length penalty alpha (default: the exported setting)")
     ct2.add_argument("--device", default="cpu", help="cpu, cuda or auto (default: cpu)")
     ct2.add_argument("--compute-type", default="default",
                      help="CTranslate2 compute type: default (the saved weights' type), int8, float32, float16, ... "
@@ -59,8 +63,8 @@ def parse_args(argv=None):
                      help="CPU threads to decode with (default: 0, CTranslate2's choice)")
     parser.add_argument("--attention-plots", metavar="DIR",
                         help="also save cross-attention heatmaps (PNG, one per sentence, every layer and head) of "
-                             "the first --attention-limit input lines into DIR; needs the run directory around "
-                             "EXPORT_DIR (its model.keras and tokenizer/)")
+                             "the first --attention-limit input lines into DIR; needs the run directory (EXPORT_DIR "
+                             "or the one around it: its model.keras and tokenizer/)")
     parser.add_argument("--attention-limit", type=int, default=10, help="sentences to plot (default: 10)")
     parser.add_argument("--verbose", action="store_true", help="log progress to stderr")
     args = parser.parse_args(argv)
@@ -95,20 +99,14 @@ def main(argv=None):
     if "-" not in (args.input, args.output) and os.path.exists(args.output) and os.path.exists(args.input) \
             and os.path.samefile(args.output, args.input):
         fail(f"--output {args.output} is the --input file: writing would erase lines not yet read; write elsewhere")
-    if is_ctranslate2_dir(args.export_dir):
-        translate_batch = ctranslate2_fn(args)
-    elif args.beam_size is not None or args.length_penalty is not None:
-        fail(f"{args.export_dir} is a SavedModel, whose search settings are baked in: export the run again with "
-             "`kmt-export RUN_DIR --beam-size N --length-penalty A`")
-    elif args.nbest is None:
-        translate_batch = batch_fn(load_export(args.export_dir))
-    else:
-        translate = load_export(args.export_dir, "translate_nbest")
-        beam_size = translate.structured_outputs["translations"].shape[1]
-        if args.nbest > beam_size:
-            fail(f"--nbest {args.nbest} is more than the {beam_size} hypotheses of the export's beam; export the run "
-                 f"with `kmt-export RUN_DIR --beam-size {args.nbest}`")
-        translate_batch = batch_fn(translate, args.nbest)
+    with exit_on_user_error():
+        translator = load_translator(args.export_dir, batch_size=args.batch_size, device=args.device,
+                                     compute_type=args.compute_type, threads=args.threads)
+        settings = None
+        if args.beam_size is not None or args.length_penalty is not None:
+            settings = (translator.settings or SearchSettings()).replace(beam_size=args.beam_size,
+                                                                        length_penalty=args.length_penalty)
+        translator.translate([], settings=settings, nbest=args.nbest)  # checks them before any line is read
     stream = open_input(args.input)
     interactive = stream.isatty()
     if interactive:
@@ -128,11 +126,9 @@ def main(argv=None):
         fail(f"cannot write {args.output}: {error.strerror}")
     with stream, out:
         try:
-            for texts, scores in translate_stream(translate_batch, lines(), args.batch_size, buffer_size,
-                                                  args.verbose):
-                if args.nbest is None:
-                    texts, scores = [texts], [scores]
-                for text, score in zip(texts, scores):
+            for hypotheses in translate_stream(translator, lines(), settings=settings, nbest=args.nbest or 1,
+                                               buffer_size=buffer_size, progress=args.verbose):
+                for text, score in hypotheses:
                     text = text.replace("\n", " ")  # one line out per hypothesis
                     out.write(f"{score:.4f}\t{text}\n" if args.scores else f"{text}\n")
                 out.flush()  # out before the next lines are read, so a pipe or a terminal sees it now
@@ -140,20 +136,8 @@ def main(argv=None):
             os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())  # so closing `out` cannot raise again
             raise SystemExit(141) from None  # 128 + SIGPIPE, what a shell reports for a tool killed by a closed pipe
     if args.attention_plots:
-        plot_attention(Path(args.export_dir).resolve().parent, plotted, args.attention_plots)
-
-
-def ctranslate2_fn(args):
-    """`translate_batch` on a CTranslate2 directory, with the command line's search settings."""
-    if args.nbest is not None:
-        fail("--nbest reads a SavedModel's n-best list; pass a run's export/ directory")
-    with exit_on_user_error():
-        from kmt.inference.ctranslate2 import CT2Translator
-
-        translator = CT2Translator(args.export_dir, device=args.device, compute_type=args.compute_type,
-                                   intra_threads=args.threads)
-    search = dict(beam_size=args.beam_size, length_penalty=args.length_penalty)
-    return lambda batch: translator.translate(batch, **search)
+        run_dir = Path(args.export_dir).resolve()
+        plot_attention(run_dir if translator_kind(run_dir) == "run" else run_dir.parent, plotted, args.attention_plots)
 
 
 def plot_attention(run_dir, sentences, directory):

@@ -25,11 +25,18 @@ from ctranslate2.converters import Converter
 from ctranslate2.specs import transformer_spec
 from keras import ops
 
-from kmt.inference.ctranslate2 import pieces
 from kmt.layers.embedding import positional_encoding
 from kmt.errors import KmtError
 from kmt.models.transformer import Transformer
 from kmt.special_ids import END_ID, START_ID, UNK_ID
+
+
+def pieces(tokenizer):
+    """A `kmt.tokenizer.Tokenizer`'s pieces in id order: a CTranslate2 vocabulary."""
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer.model_proto)
+    return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
 
 
 def _array(variable):

@@ -1,5 +1,6 @@
 """Fast decoding with CTranslate2 (OpenNMT's C++ inference engine): a run's model written as a CTranslate2 model
-directory (`export_ctranslate2`), and text to text with one (`CT2Translator`).
+directory (`export_ctranslate2`), and text to text with one (`CT2Translator`, a
+`kmt.inference.translators.Translator`).
 
 A kmt CTranslate2 directory holds CTranslate2's `model.bin`, `config.json` and vocabularies (`shared_vocabulary.json`
 for a joint vocabulary, else `source_vocabulary.json` and `target_vocabulary.json`), the run's SentencePiece
@@ -16,14 +17,19 @@ model is converted or loaded.
 
 Example:
 >>> translator = CT2Translator("runs/dates/<time>/ctranslate2")  # doctest: +SKIP
->>> translator.translate(["Tuesday, March 5, 1996"], beam_size=1)  # doctest: +SKIP
-(['1996-03-05'], [-0.0123])
+>>> greedy = translator.settings.replace(beam_size=1)  # doctest: +SKIP
+>>> translator.translate(["Tuesday, March 5, 1996"], settings=greedy)  # doctest: +SKIP
+['1996-03-05']
 """
 
+import dataclasses
 import json
+import math
 from pathlib import Path
 
 from kmt.errors import KmtError
+from kmt.inference.settings import SearchSettings
+from kmt.inference.translators import BatchedTranslator, Hypothesis, Score
 from kmt.run_dir import read_json, write_atomically
 from kmt.special_ids import END_ID, PAD_ID
 from kmt.tokenizer import Vocabularies
@@ -49,14 +55,15 @@ def is_ctranslate2_dir(path):
     return all((path / name).is_file() for name in ("model.bin", "config.json", SETTINGS))
 
 
-def export_ctranslate2(model, vocabularies, decode_cfg, output, quantization=None):
-    """Writes `model` (a float32 `kmt.models.Transformer`), its vocabularies and `decode_cfg`'s search settings as
+def export_ctranslate2(model, vocabularies, settings: SearchSettings, output, quantization=None):
+    """Writes `model` (a float32 `kmt.models.Transformer`), its vocabularies and the search settings as
     a CTranslate2 model directory at `output`, replacing what was there only once the new one is complete.
 
     Args:
         model: a `kmt.models.Transformer`.
         vocabularies: the run's `kmt.tokenizer.Vocabularies`.
-        decode_cfg: the run's `decode` settings (`beam_size`, `length_penalty`, `max_length_a`, `max_length_b`).
+        settings: the `SearchSettings` to write (`beam_size`, `length_penalty`, `max_length_a`, `max_length_b`; the
+            model's `max_length`).
         output: the directory to write.
         quantization: None (float32), or one of `QUANTIZATIONS`: the type the weights are stored in (CTranslate2
             loads them in whatever type the device supports; `compute_type` chooses). Defaults to `None`.
@@ -69,32 +76,27 @@ def export_ctranslate2(model, vocabularies, decode_cfg, output, quantization=Non
     require_ctranslate2()
     from kmt.inference.ct2_converter import KmtConverter
 
-    settings = {key: decode_cfg[key] for key in SEARCH_KEYS}
-    settings["max_length"] = model.max_length
+    if settings.sampling or settings.nbest not in (None, 1):
+        raise KmtError(f"a CTranslate2 directory decodes with greedy or beam search, one hypothesis a sentence. "
+                       f"Received: sampling_topk={settings.sampling_topk}, nbest={settings.nbest}")
+    written = {key: getattr(settings, key) for key in SEARCH_KEYS}
+    written["max_length"] = model.max_length
 
     def write(partial):
         KmtConverter(model, vocabularies).convert(str(partial), quantization=quantization, force=True)
         vocabularies.save(partial)
         for readable in Path(partial).glob("*.vocab"):  # the SentencePiece models are what decoding needs
             readable.unlink()
-        (Path(partial) / SETTINGS).write_text(json.dumps(settings, indent=2) + "\n")
+        (Path(partial) / SETTINGS).write_text(json.dumps(written, indent=2) + "\n")
 
     output = Path(output)
     write_atomically(output, write)
     return sum(f.stat().st_size for f in output.rglob("*") if f.is_file())
 
 
-def pieces(tokenizer):
-    """A `kmt.tokenizer.Tokenizer`'s pieces in id order: a CTranslate2 vocabulary."""
-    import sentencepiece
-
-    processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer.model_proto)
-    return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
-
-
-class CT2Translator:
-    """Text to text with a kmt CTranslate2 directory: SentencePiece encode, `ctranslate2.Translator.translate_batch`,
-    SentencePiece decode.
+class CT2Translator(BatchedTranslator):
+    """Text to text with a kmt CTranslate2 directory: SentencePiece encode, `ctranslate2.Translator.translate_batch`
+    (`score_batch` to score), SentencePiece decode; greedy or beam search, one hypothesis a sentence.
 
     Args:
         path: a directory written by `kmt-export RUN_DIR --format ctranslate2`.
@@ -103,21 +105,29 @@ class CT2Translator:
             the device supports; `"int8"`, `"float32"`, ...). Defaults to `"default"`.
         inter_threads: batches decoded in parallel. Defaults to `1`.
         intra_threads: threads per batch (0: CTranslate2's default, 4 or the cores there are). Defaults to `0`.
+        batch_size: sentences per batch of `translate` and `score`. Defaults to `64`.
+
+    Attributes:
+        settings: the exported `SearchSettings` (their `max_length` is the model's).
     """
 
-    def __init__(self, path, device="cpu", compute_type="default", inter_threads=1, intra_threads=0):
+    def __init__(self, path, device="cpu", compute_type="default", inter_threads=1, intra_threads=0, batch_size=64):
         ctranslate2 = require_ctranslate2()
+        from kmt.inference.ct2_converter import pieces
+
         path = Path(path)
         if not is_ctranslate2_dir(path):
             raise KmtError(f"{path} is not a kmt CTranslate2 directory (model.bin, config.json, {SETTINGS}); write "
                            "one with `kmt-export RUN_DIR --format ctranslate2`")
-        self.settings = read_json(path / SETTINGS, "export the run again with `kmt-export RUN_DIR --format "
-                                                   "ctranslate2`")
+        written = read_json(path / SETTINGS, "export the run again with `kmt-export RUN_DIR --format ctranslate2`")
+        self.settings = SearchSettings(**written)
+        self.max_length = written["max_length"]
+        self.batch_size = batch_size
         self.vocabularies = Vocabularies.load(path)
         self.source_pieces = pieces(self.vocabularies.source)
-        target_pieces = pieces(self.vocabularies.target)
-        self.target_ids = {piece: i for i, piece in enumerate(target_pieces)}
-        self.pad_piece = target_pieces[PAD_ID]
+        self.target_pieces = pieces(self.vocabularies.target)
+        self.target_ids = {piece: i for i, piece in enumerate(self.target_pieces)}
+        self.pad_piece = self.target_pieces[PAD_ID]
         try:
             self.translator = ctranslate2.Translator(str(path), device=device, compute_type=compute_type,
                                                      inter_threads=inter_threads, intra_threads=intra_threads)
@@ -125,27 +135,24 @@ class CT2Translator:
             raise KmtError(f"CTranslate2 cannot load {path} on device {device!r} with compute type "
                            f"{compute_type!r}: {error}") from None
 
-    def search(self, sources, beam_size=None, length_penalty=None, max_length=None):
+    def search(self, sources, settings: SearchSettings | None = None):
         """Best translation of each row of source ids (lists or arrays, no start or end token): `(ids, scores)`, a
         list of int lists without start or end token and a list of float scores (greedy: the sum of the
         log-probabilities, the end token's included; beam: divided by CTranslate2's length penalty).
 
-        Rows are cut to the model's `max_length` tokens. `beam_size` and `length_penalty` default to the export's
-        settings, `max_length` (the most tokens a sentence's output may hold) to the model's. An empty row gives
-        `[]`, 0.
+        Rows are cut to the model's `max_length` tokens; `settings` (default: the exported ones) set the beam size,
+        length penalty and output limits (`max_length` at most the model's). An empty row gives `[]`, 0.
         """
         from kmt.inference.lengths import decode_length  # here: its module imports Keras, which this one does not need
 
-        settings = self.settings
-        beam_size = beam_size or settings["beam_size"]
-        length_penalty = settings["length_penalty"] if length_penalty is None else length_penalty
-        max_length = min(max_length or settings["max_length"], settings["max_length"])
-        rows = [[self.source_pieces[i] for i in row[: settings["max_length"]]] for row in sources]
-        limits = [decode_length(len(row), max_length, settings["max_length_a"], settings["max_length_b"])
-                  for row in rows]
+        settings = settings or self.settings
+        self._check(settings)
+        max_length = min(settings.max_length or self.max_length, self.max_length)
+        rows = [[self.source_pieces[i] for i in row[: self.max_length]] for row in sources]
+        limits = [decode_length(len(row), max_length, settings.max_length_a, settings.max_length_b) for row in rows]
         results = [([], 0.0)] * len(rows)
-        search = dict(beam_size=beam_size, length_penalty=length_penalty if beam_size > 1 else 0)  # CTranslate2
-        # would divide greedy scores by the length penalty too
+        alpha = settings.length_penalty if settings.beam_size > 1 else 0  # CTranslate2 would divide greedy scores too
+        search = dict(beam_size=settings.beam_size, length_penalty=alpha)
         padded = self._search_rows(rows, limits, [i for i, row in enumerate(rows) if row], results, search)
         # kmt never emits the pad token. Suppressing it in CTranslate2 would renormalise the other tokens'
         # probabilities (kmt leaves pad's share out instead), so only a sentence that emitted it is decoded again.
@@ -175,10 +182,33 @@ class CT2Translator:
             pending = overlong  # their longest limit is below this call's: the loop ends
         return padded
 
-    def translate(self, lines, beam_size=None, length_penalty=None, max_length=None):
-        """Translates a list of str: `(translations, scores)`. Inputs are cut to the model's `max_length` tokens;
-        an empty or whitespace-only input gives "" and score 0. See `search` for the settings."""
-        ids, scores = self.search(self.vocabularies.source.encode(lines), beam_size, length_penalty, max_length)
-        texts = self.vocabularies.target.decode([[i for i in row if i > END_ID] for row in ids])
-        return texts, scores
+    def _checked(self, settings, nbest):
+        settings = dataclasses.replace(settings or self.settings, nbest=None if nbest == 1 else nbest)
+        self._check(settings)
+        return settings
 
+    def _check(self, settings):
+        if settings.sampling or settings.nbest not in (None, 1):
+            raise KmtError("a CTranslate2 directory decodes with greedy or beam search, one hypothesis a sentence; "
+                           "n-best lists and sampling come from a run or its SavedModel. Received: "
+                           f"sampling_topk={settings.sampling_topk}, nbest={settings.nbest}")
+
+    def _translate_batch(self, lines, settings, nbest):
+        ids, scores = self.search(self.vocabularies.source.encode(lines), settings)
+        texts = self.vocabularies.target.decode([[i for i in row if i > END_ID] for row in ids])
+        return [[Hypothesis(text, float(score))] for text, score in zip(texts, scores)]
+
+    def _score_batch(self, sources, targets):
+        """As the SavedModel's `score`: the log-probabilities of the target's tokens and the end token."""
+        source_rows = self.vocabularies.source.encode(sources)
+        target_rows = self.vocabularies.target.encode(targets)
+        fits = [i for i, (s, t) in enumerate(zip(source_rows, target_rows))
+                if 0 < len(s) <= self.max_length and len(t) < self.max_length]
+        results = [Score(math.nan, len(t) + 1) for t in target_rows]
+        if fits:
+            outputs = self.translator.score_batch([[self.source_pieces[i] for i in source_rows[j]] for j in fits],
+                                                  [[self.target_pieces[i] for i in target_rows[j]] for j in fits],
+                                                  max_input_length=0)
+            for i, output in zip(fits, outputs):
+                results[i] = Score(float(sum(output.log_probs)), results[i].tokens)
+        return results

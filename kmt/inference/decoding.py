@@ -5,10 +5,11 @@ vocabulary searches as one ensemble (`kmt.inference.ensemble`).
 Example:
 >>> from kmt.models import Transformer
 >>> model = Transformer(vocab_size=20, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32)
->>> tokens, scores = search_ids(model, keras.ops.ones((2, 5), dtype="int32"), beam_size=3)
+>>> tokens, scores = search_ids(model, keras.ops.ones((2, 5), dtype="int32"), SearchSettings(beam_size=3))
 >>> tuple(tokens.shape)  # (B, min(256, ceil(1.5 * 5 + 10)))
 (2, 18)
 """
+
 
 import keras
 from keras import ops
@@ -16,27 +17,22 @@ from keras import ops
 from kmt.inference.ensemble import ensemble_members, ensemble_next_fn
 from kmt.inference.lengths import decode_length, decode_lengths, max_length_of
 from kmt.inference.search import beam_search, expand_to_beams, greedy_search, sample_search
+from kmt.inference.settings import SearchSettings
 from kmt.inference.steps import cached_next_fn, uncached_next_fn
 from kmt.special_ids import END_ID, PAD_ID, START_ID
+
+GREEDY = SearchSettings(beam_size=1)  # search_ids' default
 
 
 def search_ids(
     model,
     source,
+    settings: SearchSettings | None = None,
     *,
-    beam_size=1,
-    length_penalty=0.6,
-    max_length_a=1.5,
-    max_length_b=10,
-    max_length=None,
     use_cache=True,
     start_id=START_ID,
     end_id=END_ID,
     pad_id=PAD_ID,
-    num_hypotheses=None,
-    sampling_topk=1,
-    sampling_temperature=1.0,
-    sampling_topp=1.0,
     random_uniform=None,
 ):
     """Translates a batch of token ids: encode once, then greedy (`beam_size=1`) or beam search.
@@ -52,42 +48,31 @@ def search_ids(
         model: a `kmt.models.Seq2SeqModel`, or a list of them sharing one vocabulary: an ensemble, whose search
             scores each next token by the mean of the models' probabilities (`ensemble_next_fn`).
         source: int `(B, S)` source ids, pad 0.
-        beam_size: int K; 1 is greedy search. Defaults to `1`.
-        length_penalty: float alpha of the GNMT penalty (beam search only). Defaults to `0.6`.
-        max_length_a: float, the output limit's slope in S_i. Defaults to `1.5`.
-        max_length_b: float, the output limit's intercept. Defaults to `10`.
-        max_length: int cap on the output length. Defaults to the model's `max_length` (its embedding's config;
-            an ensemble's shortest).
+        settings: the `SearchSettings`: beam size K, length penalty, length limits (`max_length` defaults to the
+            model's, an ensemble's shortest), n-best and sampling. Defaults to `GREEDY`: greedy search with the
+            default length limits.
         use_cache: bool. Key/value cache (True) or rerunning the decoder on the prefix (False). Defaults to `True`.
         start_id: int, the token decoding starts from. Defaults to `kmt.special_ids.START_ID`.
         end_id: int, the token that ends a translation. Defaults to `kmt.special_ids.END_ID`.
         pad_id: int, the token after the end. Defaults to `kmt.special_ids.PAD_ID`.
-        num_hypotheses: int n, 1 to K: return the n best hypotheses of each sentence (`beam_search`'s n-best list;
-            greedy search has one). Defaults to `None`: the best one, without the hypothesis axis.
-        sampling_topk: int. With `beam_size` 1, 0 draws each token from the whole distribution and k > 1 from the
-            k most probable tokens (`sample_search`); 1 is greedy search (OpenNMT-tf's `sampling_topk`). Defaults
-            to `1`.
-        sampling_temperature: float. Divides the logits that tokens are drawn from. Defaults to `1.0`.
-        sampling_topp: float in (0, 1]. Draws from the fewest most probable tokens that hold this much of the
-            probability (nucleus sampling; fairseq's `--sampling-topp`); 1 is off. Defaults to `1.0`.
         random_uniform: `shape -> float32 uniform [0, 1)` tensor, the randomness of sampling. Defaults to
             `keras.random.uniform` (Keras's global seed generator).
 
     Returns `(tokens, scores)`: int32 `(B, L)` emitted tokens WITHOUT the start token, the end token then pad
     after it (a sentence stopped by its limit has no end token, only pad after it), and float32 `(B,)` scores
-    (greedy: the sum of log-probabilities; beam: that sum divided by the length penalty); with `num_hypotheses` n,
+    (greedy: the sum of log-probabilities; beam: that sum divided by the length penalty); with `settings.nbest` n,
     `(B, n, L)` and `(B, n)`, best first.
     """
+    s = settings or GREEDY
+    beam_size, num_hypotheses = s.beam_size, s.nbest
     models = ensemble_members(model)
-    max_length = max_length_of(models, max_length)
+    max_length = max_length_of(models, s.max_length)
     if not max_length:
         raise ValueError(f"search_ids needs max_length or a model with one. Received: max_length={max_length}")
-    if sampling_topk != 1 and beam_size != 1:
-        raise ValueError(f"sampling needs beam_size 1. Received: beam_size={beam_size}, sampling_topk={sampling_topk}")
     source = ops.convert_to_tensor(source, "int32")
     batch_size, source_length = ops.shape(source)[0], ops.shape(source)[1]
-    limit = decode_length(source_length, max_length, max_length_a, max_length_b)  # L, the buffer's width
-    limits = decode_lengths(source, max_length, max_length_a, max_length_b)  # (B,) each sentence's own
+    limit = decode_length(source_length, max_length, s.max_length_a, s.max_length_b)  # L, the buffer's width
+    limits = decode_lengths(source, max_length, s.max_length_a, s.max_length_b)  # (B,) each sentence's own
     make_next_fn = cached_next_fn if use_cache else uncached_next_fn
     next_fns, states = [], []
     for member in models:
@@ -100,19 +85,18 @@ def search_ids(
     next_fn, state = ensemble_next_fn(next_fns), (states if len(models) > 1 else states[0])
     ids = dict(start_id=start_id, end_id=end_id, pad_id=pad_id, max_lengths=limits)
     if beam_size == 1:
-        if num_hypotheses not in (None, 1):
-            raise ValueError(f"beam_size 1 gives one hypothesis. Received: num_hypotheses={num_hypotheses}")
-        if sampling_topk == 1:
+        if not s.sampling:
             tokens, scores = greedy_search(next_fn, state, batch_size, limit, **ids)
         else:
             noise = (random_uniform or keras.random.uniform)((batch_size, limit))
             tokens, scores = sample_search(
-                next_fn, state, batch_size, limit, noise, sampling_topk, sampling_temperature, sampling_topp, **ids
+                next_fn, state, batch_size, limit, noise, s.sampling_topk, s.sampling_temperature, s.sampling_topp,
+                **ids,
             )
         if num_hypotheses == 1:
             tokens, scores = tokens[:, None], scores[:, None]
     else:
         tokens, scores = beam_search(
-            next_fn, state, batch_size, limit, beam_size, length_penalty, num_hypotheses=num_hypotheses, **ids
+            next_fn, state, batch_size, limit, beam_size, s.length_penalty, num_hypotheses=num_hypotheses, **ids
         )
     return tokens[..., 1:], scores

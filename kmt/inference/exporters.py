@@ -9,13 +9,12 @@ A new format is a subclass of `Exporter` registered under its name.
 """
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from kmt.errors import KmtError
+from kmt.inference.settings import SearchSettings
 
 _EXPORTERS: dict[str, type["Exporter"]] = {}
 
@@ -69,9 +68,9 @@ class SavedModelExporter(Exporter):
 
     def export(self, models, vocabularies, settings, output):
         from kmt.inference.export import export_translator
-        from kmt.inference.translator import build_translator
+        from kmt.inference.translator import TranslatorModule
 
-        export_translator(build_translator(list(models), vocabularies, settings), output)
+        export_translator(TranslatorModule(list(models), vocabularies, settings), output)
 
 
 @register_exporter("ctranslate2")
@@ -87,7 +86,7 @@ class CTranslate2Exporter(Exporter):
 
     def check(self, settings, ensemble, models_arch):
         super().check(settings, ensemble, models_arch)
-        if settings.sampling_topk != 1:
+        if settings.sampling:
             raise KmtError("sampling is a SavedModel option; format ctranslate2 converts one run for greedy or beam "
                            "search")
         if models_arch != "transformer":
@@ -103,14 +102,12 @@ class CTranslate2Exporter(Exporter):
         export_ctranslate2(models[0], vocabularies, settings, output, self.quantization)
 
 
-def search_settings(decode_cfg, search: Any = None):
-    """The search settings an export bakes in: the run's `decode` config, with `search` on top (a mapping of the
-    settings to change, or whole settings), validated."""
-    from kmt.config import validate_decode
-
-    settings = OmegaConf.merge(decode_cfg, dict(search) if isinstance(search, Mapping) else search or {})
-    validate_decode(settings)
-    return settings
+def search_settings(decode_cfg, search: Any = None) -> SearchSettings:
+    """The search settings an export bakes in: the run's `decode` config, or `search` (whole `SearchSettings`, or a
+    mapping of the settings to change, those None left as they are)."""
+    if isinstance(search, SearchSettings):
+        return search
+    return SearchSettings.from_config(decode_cfg).replace(**dict(search or {}))
 
 
 def export(
@@ -138,8 +135,8 @@ def export(
             `checkpoints/average_last{N}.weights.h5`). Defaults to `None`.
         ensemble: other runs sharing this run's vocabulary, each at the same `checkpoint` (`last` or `best`) or
             `average`: the export scores each next token by the mean of the models' probabilities. Defaults to `()`.
-        search: search settings to bake in instead of the run's `decode` ones (a mapping of the settings to change,
-            e.g. `{"beam_size": 1}`). Defaults to `None`.
+        search: the `SearchSettings` to bake in instead of the run's `decode` ones, or a mapping of those to change
+            (e.g. `{"beam_size": 1}`). Defaults to `None`.
         format: a registered export format: `"savedmodel"` or `"ctranslate2"`. Defaults to `"savedmodel"`.
         output: where to write it. Defaults to the run's `export/` (a SavedModel) or `ctranslate2[_QUANTIZATION]/`.
         quantization: format ctranslate2: `"int8"`, `"int16"`, `"float16"` and the like. Defaults to `None`

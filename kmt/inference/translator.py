@@ -1,5 +1,5 @@
-"""`Translator`, the `tf.Module` of a TensorFlow SavedModel that translates text: tokenizer, encoder, cached search
-and detokenizer in one graph.
+"""`TranslatorModule`, the `tf.Module` of a TensorFlow SavedModel that translates text: tokenizer, encoder, cached
+search and detokenizer in one graph.
 
 The graph holds stock TensorFlow ops plus tensorflow-text's SentencePiece ops, so a process that has run
 `import tensorflow_text` (which registers those ops) can load and serve it with `tf.saved_model.load`,
@@ -19,20 +19,23 @@ mean of the models' probabilities at each step (`kmt.inference.ensemble`). `expo
 Only the model's weights are saved, once each, through the `tf.Module` object graph; no optimizer state.
 """
 
+import dataclasses
+
 import keras
 import tensorflow as tf
 
 from kmt.inference.decoding import search_ids
 from kmt.inference.ensemble import ensemble_members
 from kmt.inference.score import score_ids
+from kmt.inference.settings import SearchSettings
 from kmt.special_ids import PAD_ID
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 PAIR_SPECS = [tf.TensorSpec([None], tf.string, name="source"), tf.TensorSpec([None], tf.string, name="target")]
 
 
-class Translator(tf.Module):
-    """Text to text with a trained model: `translator.translate(tf.constant(["..."]))["translation"]`.
+class TranslatorModule(tf.Module):
+    """Text to text with a trained model: `module.translate(tf.constant(["..."]))["translation"]`.
 
     Inputs are truncated to the model's `max_length` tokens; empty or whitespace-only inputs give empty outputs.
 
@@ -40,19 +43,13 @@ class Translator(tf.Module):
         model: a `kmt.models.Seq2SeqModel`, or a list of them trained on the same vocabulary: an ensemble, whose
             search scores each next token by the mean of the models' probabilities (and `score` likewise).
         vocabularies: the run's `kmt.tokenizer.Vocabularies` (the ensemble's, shared).
-        beam_size: int. 1 for greedy search. Defaults to `4`.
-        length_penalty: float. GNMT alpha. Defaults to `0.6`.
-        max_length_a, max_length_b: output limit `a * source_length + b` tokens. Default to `1.5` and `10`.
-        max_length: int. Longest input and output in tokens. Defaults to the model's (an ensemble's shortest).
+        settings: the `SearchSettings` baked in; its `max_length` (the longest input and output in tokens) defaults
+            to the model's (an ensemble's shortest), its `nbest` is ignored (`translate_nbest` returns the whole
+            beam). Sampling draws new translations at every call. Defaults to `SearchSettings()`.
         use_cache: bool. Key/value cache (True) or rerunning the decoder on the prefix (False). Defaults to `True`.
-        sampling_topk, sampling_temperature, sampling_topp: random sampling instead of greedy search, with
-            `beam_size` 1 (see `kmt.inference.decoding.search_ids`): every call draws new translations. Default to `1`
-            (off), `1.0` and `1.0`.
     """
 
-    def __init__(self, model, vocabularies, beam_size=4, length_penalty=0.6, max_length_a=1.5, max_length_b=10,
-                 max_length=None, use_cache=True, sampling_topk=1, sampling_temperature=1.0,
-                 sampling_topp=1.0):
+    def __init__(self, model, vocabularies, settings: SearchSettings | None = None, use_cache=True):
         super().__init__(name="translator")
         # What the SavedModel must hold: the weights and the SentencePiece resources. The Keras model itself stays
         # in the closure below, untracked.
@@ -70,25 +67,20 @@ class Translator(tf.Module):
         ]
         self.source_ops = vocabularies.source._op
         self.target_ops = vocabularies.target._op
-        search = dict(
-            beam_size=beam_size,
-            length_penalty=length_penalty,
-            max_length_a=max_length_a,
-            max_length_b=max_length_b,
-            max_length=max_length or min(member.max_length for member in models),
-            use_cache=use_cache,
-            sampling_topk=sampling_topk,
-            sampling_temperature=sampling_temperature,
-            sampling_topp=sampling_topp,
-            random_uniform=lambda shape: tf.random.uniform(shape),  # a stateful op: new draws every call
-        )
+        settings = settings or SearchSettings()
+        max_length = settings.max_length or min(member.max_length for member in models)
+        beam_size = settings.beam_size
+        settings = dataclasses.replace(settings, max_length=max_length, nbest=beam_size)  # searches the whole beam
         source_tokenizer, target_tokenizer = vocabularies.source, vocabularies.target
 
         def search_text(text):
-            ids = source_tokenizer.tokenize(text)[:, : search["max_length"]]  # (B, None) ragged, truncated
+            ids = source_tokenizer.tokenize(text)[:, :max_length]  # (B, None) ragged, truncated
             source = ids.to_tensor(default_value=PAD_ID)  # (B, S)
             source = tf.pad(source, [[0, 0], [0, tf.maximum(1 - tf.shape(source)[1], 0)]])  # S >= 1 if all empty
-            tokens, scores = search_ids(model, source, num_hypotheses=beam_size, **search)  # (B, K, L), (B, K)
+            tokens, scores = search_ids(  # (B, K, L), (B, K)
+                model, source, settings, use_cache=use_cache,
+                random_uniform=lambda shape: tf.random.uniform(shape),  # a stateful op: new draws every call
+            )
             return tokens, tf.cast(scores, tf.float32), tf.equal(ids.row_lengths(), 0)
 
         # Traced once: both signatures call this graph function. It searches for the K best, so its early stop
@@ -116,7 +108,6 @@ class Translator(tf.Module):
             }
 
         def score(source, target):
-            max_length = search["max_length"]
             source_ids = source_tokenizer.tokenize(source)  # (B, None) ragged
             target_ids = target_tokenizer.tokenize(target)
             # The target's tokens and the start token need a position each, as in training; a pair cut to fit
@@ -136,25 +127,3 @@ class Translator(tf.Module):
         self.translate = tf.function(translate, input_signature=[TEXT_SPEC], autograph=False)
         self.translate_nbest = tf.function(translate_nbest, input_signature=[TEXT_SPEC], autograph=False)
         self.score = tf.function(score, input_signature=PAIR_SPECS, autograph=False)
-
-    def __call__(self, sentences):
-        """Translates a list of str; returns a list of str."""
-        outputs = self.translate(tf.constant(list(sentences), dtype=tf.string))
-        return [t.decode("utf-8") for t in outputs["translation"].numpy()]
-
-
-def build_translator(model, vocabularies, decode_cfg, beam_size=None):
-    """A text-to-text `Translator` with the search settings of `cfg.decode` (`beam_size`, when given,
-    instead of `decode.beam_size` and without sampling: 1 for the greedy search that scores val during training).
-    `model` may be a list of models sharing `vocabularies`: an ensemble."""
-    return Translator(
-        model,
-        vocabularies,
-        beam_size=beam_size or decode_cfg.beam_size,
-        length_penalty=decode_cfg.length_penalty,
-        max_length_a=decode_cfg.max_length_a,
-        max_length_b=decode_cfg.max_length_b,
-        sampling_topk=decode_cfg.sampling_topk if beam_size is None else 1,
-        sampling_temperature=decode_cfg.sampling_temperature,
-        sampling_topp=decode_cfg.sampling_topp,
-    )

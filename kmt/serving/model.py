@@ -1,15 +1,15 @@
 """The model a server runs: `load_model(path)` -> an object with `signatures` and `run(signature, inputs)`.
 
-This is the one place that knows what an export is. A SavedModel written by kmt (`kmt/inference/export.py`) loads
-as `SavedModelRunner`, a CTranslate2 directory (`kmt-export --format ctranslate2`) as `CTranslate2Runner`, which
-answers the SavedModel's `translate` and `serving_default` signatures. Nothing else in `kmt.serving` imports
-TensorFlow or CTranslate2.
+The model is opened by `kmt.inference.loading.load_translator`, which tells what kind of path it is. A SavedModel
+written by kmt (`kmt/inference/export.py`) runs as `SavedModelRunner`, every signature it has; a CTranslate2
+directory (`kmt-export --format ctranslate2`) or a run directory as `TranslatorRunner`, which answers the
+SavedModel's `translate` and `serving_default` signatures. Nothing else in `kmt.serving` imports TensorFlow or
+CTranslate2.
 """
 
 import dataclasses
 from pathlib import Path
 
-from kmt.errors import KmtError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,59 +32,54 @@ class Signature:
 
 def check_model_path(path):
     """Raises `KmtError` unless `path` is a directory `load_model` can load (cheap: nothing is imported)."""
-    from kmt.inference.ctranslate2 import is_ctranslate2_dir, require_ctranslate2
+    from kmt.inference.loading import translator_kind
 
-    path = Path(path)
-    if is_ctranslate2_dir(path):
-        require_ctranslate2()  # one line naming the extra, when it is missing
-    elif not (path / "saved_model.pb").is_file():
-        raise KmtError(f"{path} is neither a SavedModel directory (no saved_model.pb) nor a CTranslate2 one; pass a "
-                       "run's export/ directory or the output of kmt-export --format ctranslate2")
+    translator_kind(path)
 
 
 def load_model(path):
-    """The model at `path` (a kmt SavedModel export or CTranslate2 directory), loaded and ready to `run`."""
-    from kmt.inference.ctranslate2 import is_ctranslate2_dir
+    """The model at `path` (a kmt SavedModel export, CTranslate2 directory or run directory), loaded and ready to
+    `run`."""
+    from kmt.inference.loading import load_translator
+    from kmt.inference.translators import SavedModelTranslator
 
-    check_model_path(path)
-    return CTranslate2Runner(path) if is_ctranslate2_dir(path) else SavedModelRunner(path)
+    # The server's batcher makes the batches (--max-batch-size): one call of the translator decodes one.
+    translator = load_translator(path, batch_size=BATCH_SIZE)
+    return SavedModelRunner(translator) if isinstance(translator, SavedModelTranslator) else \
+        TranslatorRunner(translator)
 
 
-class CTranslate2Runner:
-    """A kmt CTranslate2 directory (`kmt.inference.ctranslate2.CT2Translator`, its exported search settings) behind
-    the SavedModel's text-to-text signatures, `translate` and `serving_default`: `text` in, `translation` and `score`
-    out. CTranslate2 queues concurrent calls itself."""
+BATCH_SIZE = 1024  # most sentences one `run` decodes together
 
-    def __init__(self, path):
-        from kmt.inference.ctranslate2 import CT2Translator
 
-        self._translator = CT2Translator(path)
+class TranslatorRunner:
+    """A `kmt.inference.translators.Translator` (a CTranslate2 directory, a run directory's Keras model; its own
+    search settings) behind the SavedModel's text-to-text signatures, `translate` and `serving_default`: `text` in,
+    `translation` and `score` out."""
+
+    def __init__(self, translator):
+        self._translator = translator
         text = Signature(inputs={"text": Tensor("DT_STRING", (-1,), "text")},
                          outputs={"score": Tensor("DT_FLOAT", (-1,), "score"),
                                   "translation": Tensor("DT_STRING", (-1,), "translation")})
         self.signatures = {"serving_default": text, "translate": text}
 
     def run(self, signature, inputs):
-        translations, scores = self._translator.translate(list(inputs["text"]))
-        return {"translation": translations, "score": [float(score) for score in scores]}
+        best = [hypotheses[0] for hypotheses in self._translator.translate(list(inputs["text"]), nbest=1)]
+        return {"translation": [text for text, _ in best], "score": [score for _, score in best]}
 
 
 class SavedModelRunner:
-    """A kmt SavedModel: `signatures` maps each signature's name to its `Signature`; `run` calls one.
+    """A kmt SavedModel (a `kmt.inference.translators.SavedModelTranslator`): `signatures` maps each signature's
+    name to its `Signature`; `run` calls one.
 
     One loaded SavedModel answers concurrent calls as it answers serial ones, so `run` may be called from several
     threads at once.
     """
 
-    def __init__(self, path):
-        import tensorflow as tf
-        import tensorflow_text  # noqa: F401  (registers the SentencePiece ops the graph uses)
-
-        self._loaded = tf.saved_model.load(str(path))
-        self._functions = dict(self._loaded.signatures)
-        if "translate" not in self._functions:
-            raise KmtError(f"{path} has no 'translate' signature; was it exported by kmt?")
-        self.signatures = _signatures(Path(path) / "saved_model.pb", self._functions)
+    def __init__(self, translator):
+        self._functions = translator.signatures
+        self.signatures = _signatures(Path(translator.path) / "saved_model.pb", self._functions)
 
     def run(self, signature, inputs):
         """Calls `signature` on `inputs` ({input name: list of str}, each of the batch's length); returns

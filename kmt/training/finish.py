@@ -10,7 +10,8 @@ from dataclasses import replace
 import keras
 
 from kmt.checkpoints import average_checkpoints, early_averaging_warning
-from kmt.inference.translate import translate_fn, translate_lines
+from kmt.inference.settings import SearchSettings
+from kmt.inference.translators import KerasTranslator
 from kmt.metrics import translation_scores
 from kmt.run_dir import write_atomically
 from kmt.training.distribute import fingerprint, local_copy
@@ -46,7 +47,8 @@ def finish(cfg, prepared, fitted):
         write_atomically(run.checkpoints.averaged(len(paths)), p.model.save_weights)
     if p.decoder is not p.model:
         p.decoder.set_weights(p.model.get_weights())
-    translate_batch = translate_fn(p.decoder, p.vocabularies, cfg.decode)
+    translator = KerasTranslator(p.decoder, p.vocabularies, SearchSettings.from_config(cfg.decode),
+                                 batch_size=cfg.decode.batch_size)
 
     train = train_stats(p.epoch, fitted, p.updates_per_epoch, p.model, steps)
     train["averaged_checkpoints"] = max(1, min(cfg.trainer.average_last, len(run.checkpoints.epochs())))
@@ -54,8 +56,8 @@ def finish(cfg, prepared, fitted):
     metrics = {"train": train}
     for name in ("val", "test"):
         if name in p.texts:
-            metrics[name] = evaluate_split(p.model, translate_batch, evaluation_data(name), p.texts[name],
-                                           cfg.decode, tokenized=cfg.data.tokenized)
+            metrics[name] = evaluate_split(p.model, translator, evaluation_data(name), p.texts[name],
+                                           tokenized=cfg.data.tokenized)
             logger.info("%s: %s", name, ", ".join(f"{k} {v:.4g}" for k, v in metrics[name].items()
                                                    if isinstance(v, float)))
     if cfg.trainer.export and (size := export(cfg, p, run)) is not None:
@@ -136,11 +138,11 @@ def _size(directory):
     return sum(path.stat().st_size for path in directory.rglob("*") if path.is_file())
 
 
-def evaluate_split(model, translate_batch, data, text, decode_cfg, tokenized=False):
+def evaluate_split(model, translator, data, text, tokenized=False):
     """Loss, token accuracy and perplexity on the kept pairs (`data`: one pass over their batches); BLEU, chrF and
     exact match of decoded translations of every source sentence against its reference (BLEU without further
     tokenization when the text is `tokenized`)."""
     scores = model.evaluate(data, verbose=0, return_dict=True)
-    translations, _ = translate_lines(translate_batch, text.source, decode_cfg.batch_size)
+    translations = translator.translate(text.source)
     kept = {name: scores[name] for name in ("loss", "accuracy", "ppl")}
     return kept | {"pairs": len(text)} | translation_scores(translations, text.target, tokenized)

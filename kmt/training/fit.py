@@ -14,7 +14,8 @@ import keras
 from omegaconf import OmegaConf
 
 from kmt.errors import KmtError
-from kmt.inference.translate import translate_fn, translate_lines
+from kmt.inference.settings import SearchSettings
+from kmt.inference.translators import KerasTranslator
 from kmt.plots import curves_title, plot_curves, read_history
 from kmt.run_dir import write_atomically
 from kmt.training.checkpointing import EpochCheckpoint
@@ -144,9 +145,10 @@ def validation_bleu(cfg, prepared):
     """With `trainer.val_bleu`, a `ValidationBLEU` that translates val greedily with the float32 decoder; else None."""
     if not cfg.trainer.val_bleu:
         return None
-    greedy = translate_fn(prepared.decoder, prepared.vocabularies, cfg.decode, beam_size=1)
+    greedy = KerasTranslator(prepared.decoder, prepared.vocabularies, SearchSettings.from_config(cfg.decode).greedy(),
+                             batch_size=cfg.decode.batch_size)
     val = prepared.texts["val"]
-    return ValidationBLEU(lambda lines: translate_lines(greedy, lines, cfg.decode.batch_size),
+    return ValidationBLEU(greedy.translate,
                           val.source, val.target, decoder=prepared.decoder, tokenized=cfg.data.tokenized)
 
 

@@ -46,7 +46,7 @@ class ValidationBLEU(keras.callbacks.Callback):
     it before those. Epochs whose loss is not finite are skipped.
 
     Args:
-        translate: `translate(list of str) -> (translations, scores)` with the weights of `decoder`.
+        translate: `translate(list of str) -> list of str` with the weights of `decoder` (a `Translator`'s).
         sources, references: lists of str, the validation split.
         decoder: the model `translate` runs, when it is not the trained one (a float32 copy of a mixed-precision
             model): it takes the trained weights before each decode. Defaults to `None` (the trained model).
@@ -68,7 +68,7 @@ class ValidationBLEU(keras.callbacks.Callback):
         started = time.perf_counter()
         if self.decoder is not None and self.decoder is not self.model:
             self.decoder.set_weights(self.model.get_weights())
-        translations, _ = self.translate(self.sources)
+        translations = self.translate(self.sources)
         logs["val_bleu"] = sacre_scores(translations, self.references, self.tokenized)["bleu"]
         logger.info("epoch %d: val_bleu %.2f (%d sentences translated in %.1f s)", epoch + 1, logs["val_bleu"],
                     len(self.sources), time.perf_counter() - started)

@@ -1,0 +1,252 @@
+"""Text to text: the `Translator` protocol and two of its implementations, the Keras model of a run directory
+(`KerasTranslator`, any backend) and a SavedModel export (`SavedModelTranslator`); the third, a CTranslate2
+directory, is `kmt.inference.ctranslate2.CT2Translator`. `kmt.inference.loading.load_translator` opens any of them.
+
+Every translator translates lines (`translate`) and scores pairs (`score`) in batches of similar length
+(`kmt.inference.translate.map_sorted`) and returns the results in input order: result i is line i's, empty lines
+included (they translate to "" with score 0).
+
+Example:
+>>> translator = load_translator("runs/dates/<time>")  # doctest: +SKIP
+>>> translator.translate(["Tuesday, March 5, 1996"])  # doctest: +SKIP
+['1996-03-05']
+>>> translator.translate(["5 march 96"], settings=translator.settings.replace(beam_size=8), nbest=2)  # doctest: +SKIP
+[[Hypothesis(text='1996-03-05', score=-0.01), Hypothesis(text='1996-05-03', score=-5.2)]]
+"""
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol
+
+import numpy as np
+
+from kmt.errors import KmtError
+from kmt.inference.settings import SearchSettings, SettingsError
+from kmt.inference.translate import map_sorted
+from kmt.special_ids import PAD_ID
+
+
+class Hypothesis(NamedTuple):
+    """One translation and its score (the log-probability, divided by the length penalty under beam search)."""
+
+    text: str
+    score: float
+
+
+class Score(NamedTuple):
+    """A pair's log-probability under the model (natural log; its target tokens' and the end token's) and the count
+    of tokens scored (the target's plus the end token), for per-token scores and perplexity. NaN for a pair whose
+    source is empty or which has a side longer than the model's `max_length`."""
+
+    log_probability: float
+    tokens: int
+
+
+class Translator(Protocol):
+    """What translates text: `translate(lines)` and `score(sources, targets)`.
+
+    Attributes:
+        settings: the `SearchSettings` it searches with unless told otherwise; None where they are baked in and
+            cannot change (a SavedModel).
+    """
+
+    settings: SearchSettings | None
+
+    def translate(self, lines: Sequence[str], *, settings: SearchSettings | None = None,
+                  nbest: int | None = None) -> list[str] | list[list["Hypothesis"]]:
+        """Each line's best translation (`nbest` None), or its `nbest` best `Hypothesis`es, best first."""
+
+    def score(self, sources: Sequence[str], targets: Sequence[str]) -> list["Score"]:
+        """Each pair's `Score`: the log-probability of `targets[i]` as a translation of `sources[i]`."""
+
+
+class BatchedTranslator:
+    """`translate` and `score` over batches of `batch_size` similar lengths; a subclass searches one batch
+    (`_translate_batch`) and scores one (`_score_batch`)."""
+
+    settings: SearchSettings | None = None
+    batch_size: int = 64
+
+    def translate(self, lines: Sequence[str], *, settings: SearchSettings | None = None,
+                  nbest: int | None = None, progress: bool = False) -> list[str] | list[list[Hypothesis]]:
+        """Translates `lines`, a sequence of str: a list of str (`nbest` None), or of each line's `nbest` best
+        `Hypothesis`es, best first. Inputs are cut to the model's `max_length` tokens.
+
+        Settings and `nbest` are checked before any line is translated (`SettingsError`, or `KmtError` for what this
+        kind of translator cannot do), so an empty call checks them.
+
+        Args:
+            lines: the sentences to translate.
+            settings: the `SearchSettings` to search with (their `nbest` is this call's). Defaults to `None`: the
+                translator's own.
+            nbest: int n: return the n best hypotheses of each line, n at most the beam size. Defaults to `None`.
+            progress: log `translated done/total (lines/s)` after each batch. Defaults to `False`.
+        """
+        if nbest is not None and nbest < 1:
+            raise SettingsError(f"nbest must be positive. Received: nbest={nbest}")
+        settings = self._checked(settings, nbest or 1)
+        results = map_sorted(lambda batch: self._translate_batch(batch, settings, nbest or 1), list(lines),
+                             self.batch_size, progress=progress)
+        return [hypotheses[0].text for hypotheses in results] if nbest is None else results
+
+    def score(self, sources: Sequence[str], targets: Sequence[str], *, progress: bool = False) -> list[Score]:
+        """The `Score` of each `(sources[i], targets[i])` pair (forced decoding; fairseq's `--score-reference`)."""
+        sources, targets = list(sources), list(targets)
+        if len(sources) != len(targets):
+            raise ValueError(f"score takes as many targets as sources. Received: {len(sources)} sources, "
+                             f"{len(targets)} targets")
+        return map_sorted(lambda batch: self._score_batch(*zip(*batch)), list(zip(sources, targets)), self.batch_size,
+                          key=lambda pair: len(pair[0]) + len(pair[1]), progress=progress, verb="scored")
+
+    def _checked(self, settings, nbest):
+        """The settings to search with: `settings` or the translator's own, with `nbest`."""
+        return dataclasses.replace(settings or self.settings, nbest=nbest)
+
+    def _translate_batch(self, lines, settings, nbest):  # -> [[Hypothesis] * nbest for each line]
+        raise NotImplementedError
+
+    def _score_batch(self, sources, targets):  # -> [Score for each pair]
+        raise NotImplementedError
+
+
+def padded(rows, width=None):
+    """Rows of ids as an int32 `(B, max(1, longest))` array, pad 0 after each (cut to `width` ids)."""
+    rows = [row[:width] for row in rows]
+    array = np.full((len(rows), max(1, *map(len, rows))), PAD_ID, np.int32)
+    for i, row in enumerate(rows):
+        array[i, : len(row)] = row
+    return array
+
+
+class KerasTranslator(BatchedTranslator):
+    """Text to text with a Keras model, under any backend: the `kmt.inference.translator.TranslatorModule` graph
+    (tokenizer, search and detokenizer traced once per `SearchSettings`, as the SavedModel holds it) under
+    TensorFlow; under JAX and PyTorch `search_ids` on ids from the `sentencepiece` library, with no TensorFlow.
+
+    Args:
+        model: a kmt model, or a list of models sharing `vocabularies`: an ensemble.
+        vocabularies: the run's `kmt.tokenizer.Vocabularies`.
+        settings: the `SearchSettings` to search with by default. Defaults to `SearchSettings()`.
+        batch_size: sentences per batch. Defaults to `64`.
+    """
+
+    def __init__(self, model, vocabularies, settings: SearchSettings | None = None, *, batch_size: int = 64):
+        from kmt.inference.ensemble import ensemble_members
+        from kmt.inference.lengths import max_length_of
+
+        self.model, self.vocabularies = model, vocabularies
+        self.settings = settings or SearchSettings()
+        self.batch_size = batch_size
+        self.max_length = max_length_of(ensemble_members(model))
+        self._modules = {}  # SearchSettings -> TranslatorModule, under TensorFlow
+
+    def _translate_batch(self, lines, settings, nbest):
+        import keras
+
+        if keras.backend.backend() == "tensorflow":
+            return self._translate_graph(lines, dataclasses.replace(settings, nbest=None), nbest)
+        from kmt.inference.decoding import search_ids
+
+        settings = dataclasses.replace(settings, max_length=settings.max_length or self.max_length)
+        rows = [ids[: settings.max_length] for ids in self.vocabularies.source.encode(lines)]  # as the graph cuts them
+        tokens, scores = search_ids(self.model, padded(rows), settings)
+        tokens, scores = keras.ops.convert_to_numpy(tokens), keras.ops.convert_to_numpy(scores)  # (B, n, L), (B, n)
+        texts = self.vocabularies.target.decode(tokens.reshape(-1, tokens.shape[-1]))
+        return [[Hypothesis(texts[i * nbest + k], float(scores[i, k])) if len(row) else Hypothesis("", 0.0)
+                 for k in range(nbest)] for i, row in enumerate(rows)]
+
+    def _translate_graph(self, lines, settings, nbest):
+        import tensorflow as tf
+
+        from kmt.inference.translator import TranslatorModule
+
+        if settings not in self._modules:
+            self._modules[settings] = TranslatorModule(self.model, self.vocabularies, settings)
+        return translate_signatures(self._modules[settings].translate, self._modules[settings].translate_nbest,
+                                    tf.constant(lines, tf.string), nbest)
+
+    def _score_batch(self, sources, targets):
+        import keras
+
+        from kmt.inference.score import score_ids
+
+        source_rows = self.vocabularies.source.encode(sources)
+        target_rows = self.vocabularies.target.encode(targets)
+        # As the SavedModel's `score`: the start token and the target's tokens need a position each, as in training.
+        fits = [i for i, (s, t) in enumerate(zip(source_rows, target_rows))
+                if 0 < len(s) <= self.max_length and len(t) < self.max_length]
+        results = [Score(math.nan, len(t) + 1) for t in target_rows]
+        if fits:
+            scores, _ = score_ids(self.model, padded([source_rows[i] for i in fits]),
+                                  padded([target_rows[i] for i in fits]))
+            for i, value in zip(fits, keras.ops.convert_to_numpy(scores)):
+                results[i] = Score(float(value), results[i].tokens)
+        return results
+
+
+def translate_signatures(translate, translate_nbest, text, nbest):
+    """`[[Hypothesis] * nbest for each line]` from a `translate` signature (nbest 1) or a `translate_nbest` one."""
+    if nbest == 1:
+        outputs = translate(text=text)
+        return [[Hypothesis(t.decode("utf-8"), float(s))]
+                for t, s in zip(outputs["translation"].numpy(), outputs["score"].numpy())]
+    outputs = translate_nbest(text=text)
+    return [[Hypothesis(t.decode("utf-8"), float(s)) for t, s in zip(texts[:nbest], scores[:nbest])]
+            for texts, scores in zip(outputs["translations"].numpy(), outputs["scores"].numpy())]
+
+
+class SavedModelTranslator(BatchedTranslator):
+    """Text to text with a kmt SavedModel export (`kmt-export`, a run's `export/`): its `translate`,
+    `translate_nbest` and `score` signatures, with the search settings baked in (`settings` is None).
+
+    Args:
+        path: the SavedModel directory.
+        batch_size: sentences per batch. Defaults to `64`.
+    """
+
+    settings = None
+
+    def __init__(self, path, *, batch_size: int = 64):
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401  (registers the SentencePiece ops the graph uses)
+
+        self.path, self.batch_size = path, batch_size
+        self.loaded = tf.saved_model.load(str(path))
+        self.signatures = dict(self.loaded.signatures)
+        if "translate" not in self.signatures:
+            raise KmtError(f"{path} has no 'translate' signature; was it exported by kmt?")
+
+    def signature(self, name):
+        """The SavedModel's signature `name` (`translate`, `translate_nbest`, `score`)."""
+        if name not in self.signatures:
+            raise KmtError(f"{self.path} has no '{name}' signature: it was exported by an older kmt; export the run "
+                           "again with `kmt-export RUN_DIR`")
+        return self.signatures[name]
+
+    @property
+    def beam_size(self) -> int:
+        """K, the beam the export searches with (the hypotheses of its `translate_nbest`)."""
+        return self.signature("translate_nbest").structured_outputs["translations"].shape[1]
+
+    def _checked(self, settings, nbest):
+        if settings is not None:
+            raise KmtError(f"{self.path} is a SavedModel, whose search settings are baked in: export the run again "
+                           "with `kmt-export RUN_DIR --beam-size N --length-penalty A`")
+        if nbest > 1 and nbest > self.beam_size:
+            raise KmtError(f"nbest {nbest} is more than the {self.beam_size} hypotheses of the export's beam; export "
+                           f"the run with `kmt-export RUN_DIR --beam-size {nbest}`")
+        return None
+
+    def _translate_batch(self, lines, settings, nbest):
+        import tensorflow as tf
+
+        nbest_signature = None if nbest == 1 else self.signature("translate_nbest")
+        return translate_signatures(self.signatures["translate"], nbest_signature, tf.constant(lines, tf.string), nbest)
+
+    def _score_batch(self, sources, targets):
+        import tensorflow as tf
+
+        outputs = self.signature("score")(source=tf.constant(sources, tf.string),
+                                           target=tf.constant(targets, tf.string))
+        return [Score(float(p), int(n)) for p, n in zip(outputs["score"].numpy(), outputs["length"].numpy())]
