@@ -47,35 +47,66 @@ def parse_lengths(text):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", type=parse_lengths, default="64,128,256,512,1024,2048,4096",
-                        help="comma-separated sequence lengths n to time (default: %(default)s)")
+    parser.add_argument(
+        "--lengths",
+        type=parse_lengths,
+        default="64,128,256,512,1024,2048,4096",
+        help="comma-separated sequence lengths n to time (default: %(default)s)",
+    )
     parser.add_argument("--hidden-dim", type=int, default=256, help="model size d = D (default: %(default)s)")
-    parser.add_argument("--num-heads", type=int, default=4,
-                        help="attention heads H; must divide --hidden-dim (default: %(default)s)")
-    parser.add_argument("--intermediate-dim", type=int, default=1024,
-                        help="feed-forward inner size d_ff of the encoder layer (default: %(default)s)")
+    parser.add_argument(
+        "--num-heads", type=int, default=4, help="attention heads H; must divide --hidden-dim (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--intermediate-dim",
+        type=int,
+        default=1024,
+        help="feed-forward inner size d_ff of the encoder layer (default: %(default)s)",
+    )
     parser.add_argument("--batch-size", type=int, default=1, help="sequences per call B (default: %(default)s)")
-    parser.add_argument("--repeats", type=int, default=5,
-                        help="timed calls per (layer, n) after the warm-up; the median is reported "
-                             "(default: %(default)s)")
-    parser.add_argument("--backward", action="store_true",
-                        help="time forward + backward (gradients of the summed output with respect to the "
-                             "layer's weights) instead of the forward pass alone")
-    parser.add_argument("--precision", choices=sorted(PRECISIONS), default="float32",
-                        help="compute dtype; bfloat16 keeps float32 weights and a float32 softmax, like "
-                             "trainer.precision=mixed_bfloat16 (default: %(default)s)")
-    parser.add_argument("--out", type=Path, default=Path("runs/bench/attention_scaling.png"),
-                        help="where the PNG plot goes; its folder is created (default: %(default)s)")
-    parser.add_argument("--worker", nargs=2, metavar=("KIND", "N"),
-                        help="internal: time one layer kind (attention or encoder) at one length n in this "
-                             "process and print one JSON line; the main run starts one such process per point")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="timed calls per (layer, n) after the warm-up; the median is reported (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--backward",
+        action="store_true",
+        help="time forward + backward (gradients of the summed output with respect to the "
+        "layer's weights) instead of the forward pass alone",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=sorted(PRECISIONS),
+        default="float32",
+        help="compute dtype; bfloat16 keeps float32 weights and a float32 softmax, like "
+        "trainer.precision=mixed_bfloat16 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs/bench/attention_scaling.png"),
+        help="where the PNG plot goes; its folder is created (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--worker",
+        nargs=2,
+        metavar=("KIND", "N"),
+        help="internal: time one layer kind (attention or encoder) at one length n in this "
+        "process and print one JSON line; the main run starts one such process per point",
+    )
     args = parser.parse_args(argv)
     if args.hidden_dim % args.num_heads:
-        parser.error(f"--hidden-dim must be divisible by --num-heads. "
-                     f"Received: hidden_dim={args.hidden_dim}, num_heads={args.num_heads}")
+        parser.error(
+            f"--hidden-dim must be divisible by --num-heads. "
+            f"Received: hidden_dim={args.hidden_dim}, num_heads={args.num_heads}"
+        )
     if min(args.hidden_dim, args.intermediate_dim, args.batch_size, args.repeats) < 1:
-        parser.error("--hidden-dim, --intermediate-dim, --batch-size and --repeats must be positive. "
-                     f"Received: {args.hidden_dim}, {args.intermediate_dim}, {args.batch_size}, {args.repeats}")
+        parser.error(
+            "--hidden-dim, --intermediate-dim, --batch-size and --repeats must be positive. "
+            f"Received: {args.hidden_dim}, {args.intermediate_dim}, {args.batch_size}, {args.repeats}"
+        )
     if args.worker and args.worker[0] not in KINDS:
         parser.error(f"--worker KIND must be one of {', '.join(KINDS)}. Received: {args.worker[0]!r}")
     return args
@@ -124,9 +155,23 @@ def measure(kind, length, args):
 def run_worker(kind, length, args):
     """Runs `measure` in a fresh process; returns its result, or `{"error": ...}` if the process failed."""
     command = [
-        sys.executable, __file__, "--worker", kind, str(length), "--hidden-dim", str(args.hidden_dim),
-        "--num-heads", str(args.num_heads), "--intermediate-dim", str(args.intermediate_dim),
-        "--batch-size", str(args.batch_size), "--repeats", str(args.repeats), "--precision", args.precision,
+        sys.executable,
+        __file__,
+        "--worker",
+        kind,
+        str(length),
+        "--hidden-dim",
+        str(args.hidden_dim),
+        "--num-heads",
+        str(args.num_heads),
+        "--intermediate-dim",
+        str(args.intermediate_dim),
+        "--batch-size",
+        str(args.batch_size),
+        "--repeats",
+        str(args.repeats),
+        "--precision",
+        args.precision,
     ] + (["--backward"] if args.backward else [])
     env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
     result = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -213,17 +258,33 @@ def plot(points, fits, args):
             continue
         lengths = np.array([row["n"] for row in rows])
         time_axis.loglog(lengths, [row["ms"] for row in rows], "o", color=color, label=f"{kind}, measured")
-        time_axis.loglog(dense, cost_terms(dense, args.hidden_dim) @ fits[kind], "-", color=color,
-                         label=f"{kind}, fit a n²d + b nd² + c")
-        memory_axis.loglog(lengths, [row["memory_mib"] for row in rows], "o-", color=color,
-                           label=f"{kind}, rise of peak RSS")
+        time_axis.loglog(
+            dense,
+            cost_terms(dense, args.hidden_dim) @ fits[kind],
+            "-",
+            color=color,
+            label=f"{kind}, fit a n²d + b nd² + c",
+        )
+        memory_axis.loglog(
+            lengths, [row["memory_mib"] for row in rows], "o-", color=color, label=f"{kind}, rise of peak RSS"
+        )
         if kind == "attention":
             anchor = rows[-1]
-            time_axis.loglog(dense, anchor["ms"] * (dense / anchor["n"]) ** 2, ":", color="gray",
-                             label="∝ n² (through the longest attention point)")
+            time_axis.loglog(
+                dense,
+                anchor["ms"] * (dense / anchor["n"]) ** 2,
+                ":",
+                color="gray",
+                label="∝ n² (through the longest attention point)",
+            )
     bytes_per_weight = PRECISIONS[args.precision][1]
-    memory_axis.loglog(dense, args.batch_size * args.num_heads * dense**2 * bytes_per_weight / MIB, "--",
-                       color="gray", label=f"attention weights B·H·n²·{bytes_per_weight} bytes")
+    memory_axis.loglog(
+        dense,
+        args.batch_size * args.num_heads * dense**2 * bytes_per_weight / MIB,
+        "--",
+        color="gray",
+        label=f"attention weights B·H·n²·{bytes_per_weight} bytes",
+    )
     pass_name = "forward + backward" if args.backward else "forward"
     time_axis.set(xlabel="sequence length n", ylabel=f"median ms per {pass_name}", title="time")
     memory_axis.set(xlabel="sequence length n", ylabel="MiB", title="memory")
@@ -233,8 +294,11 @@ def plot(points, fits, args):
         plain_log_labels(axis.yaxis, ticker)
         axis.grid(True, which="both", alpha=0.3)
         axis.legend(fontsize=8)
-    figure.suptitle(f"One layer, {pass_name}, {args.precision}: B={args.batch_size}, d={args.hidden_dim}, "
-                    f"H={args.num_heads}, d_ff={args.intermediate_dim} ({hardware()})", fontsize=10)
+    figure.suptitle(
+        f"One layer, {pass_name}, {args.precision}: B={args.batch_size}, d={args.hidden_dim}, "
+        f"H={args.num_heads}, d_ff={args.intermediate_dim} ({hardware()})",
+        fontsize=10,
+    )
     figure.tight_layout()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(args.out, dpi=120)
@@ -254,16 +318,31 @@ def main(argv=None):
             weights_mib = args.batch_size * args.num_heads * length**2 * bytes_per_weight / MIB
             points.append({"kind": kind, "n": length, **run_worker(kind, length, args), "weights_mib": weights_mib})
     fits = analyse(points, args)
-    print_table(points, [("kind", "kind"), ("n", "n"), ("ms", "ms"), ("slope", "log-log slope"),
-                         ("memory_mib", "memory MiB"), ("weights_mib", "attention weights MiB"),
-                         ("n2_share", "n² share")])
+    print_table(
+        points,
+        [
+            ("kind", "kind"),
+            ("n", "n"),
+            ("ms", "ms"),
+            ("slope", "log-log slope"),
+            ("memory_mib", "memory MiB"),
+            ("weights_mib", "attention weights MiB"),
+            ("n2_share", "n² share"),
+        ],
+    )
     plot(points, fits, args)
     print(f"plot: {args.out}")
     print_json(
         "attention_scaling",
-        settings={"hidden_dim": args.hidden_dim, "num_heads": args.num_heads,
-                  "intermediate_dim": args.intermediate_dim, "batch_size": args.batch_size,
-                  "repeats": args.repeats, "backward": args.backward, "precision": args.precision},
+        settings={
+            "hidden_dim": args.hidden_dim,
+            "num_heads": args.num_heads,
+            "intermediate_dim": args.intermediate_dim,
+            "batch_size": args.batch_size,
+            "repeats": args.repeats,
+            "backward": args.backward,
+            "precision": args.precision,
+        },
         fits={kind: dict(zip(("a", "b", "c"), fit)) for kind, fit in fits.items()},
         rows=points,
         plot=str(args.out),

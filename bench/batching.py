@@ -42,8 +42,11 @@ from common import (  # noqa: E402
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--widths", default="0,1,2,4",
-                        help="comma-separated data.bucket_width values; 0 is kmt's fixed edges (default: 0,1,2,4)")
+    parser.add_argument(
+        "--widths",
+        default="0,1,2,4",
+        help="comma-separated data.bucket_width values; 0 is kmt's fixed edges (default: 0,1,2,4)",
+    )
     parser.add_argument("--steps", type=int, default=40, help="training steps timed per width and round (default: 40)")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (default: 3)")
     add_recipe_arguments(parser)
@@ -81,8 +84,9 @@ def main(argv=None):
     cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)
     max_length = cfg.model.max_length
     batching = dict(max_length=max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size)
-    total_steps = cfg.trainer.epochs * count_batches(train, **batching, bucket_width=cfg.data.bucket_width,
-                                                     repeated=True)
+    total_steps = cfg.trainer.epochs * count_batches(
+        train, **batching, bucket_width=cfg.data.bucket_width, repeated=True
+    )
     model = recipe_model(cfg, vocabularies, total_steps)
     rows, streams = [], {}
     for width in args.widths:
@@ -92,13 +96,23 @@ def main(argv=None):
         tokens = sum(int((target_out.numpy() != 0).sum()) for _, target_out in stream)  # fills the cache
         streams[width] = (stream, tokens)
         steps = count_batches(train, **batching, bucket_width=width, repeated=True)
-        rows.append({"bucket_width": width, "buckets": len(bucket_edges(max_length, width)), "batches": batches,
-                     "steps_per_epoch": steps,
-                     "sentences_per_batch": sentences / batches, "source_fill": source_fill,
-                     "target_fill": target_fill, "seconds": []})
-    print(f"{args.experiment}: {len(train):,} training pairs, {train.target_tokens:,} target tokens; "
-          f"{model.count_params():,} parameters, {cfg.trainer.precision}; {args.steps} steps a width and round",
-          file=sys.stderr)
+        rows.append(
+            {
+                "bucket_width": width,
+                "buckets": len(bucket_edges(max_length, width)),
+                "batches": batches,
+                "steps_per_epoch": steps,
+                "sentences_per_batch": sentences / batches,
+                "source_fill": source_fill,
+                "target_fill": target_fill,
+                "seconds": [],
+            }
+        )
+    print(
+        f"{args.experiment}: {len(train):,} training pairs, {train.target_tokens:,} target tokens; "
+        f"{model.count_params():,} parameters, {cfg.trainer.precision}; {args.steps} steps a width and round",
+        file=sys.stderr,
+    )
 
     order = list(range(len(rows)))
     for round_ in range(args.repeats + 1):  # round 0 traces and is not timed
@@ -119,17 +133,35 @@ def main(argv=None):
     for row in rows:
         row["speed_ratio"] = row["tokens_per_second"] / base["tokens_per_second"]
         row["epoch_ratio"] = row["epoch_seconds"] / base["epoch_seconds"]
-    print_table(rows, [("bucket_width", "bucket width"), "buckets", ("batches", "batches in one pass"),
-                       ("steps_per_epoch", "steps/epoch"),
-                       ("sentences_per_batch", "sentences/batch"), ("source_fill", "source fill"),
-                       ("target_fill", "target fill"), ("ms_per_step", "ms/step"),
-                       ("target_tokens_per_step", "target tokens/step"), ("tokens_per_second", "target tok/s"),
-                       ("epoch_seconds", "epoch s (projected)"),
-                       ("speed_ratio", f"tok/s vs width {base['bucket_width']}"),
-                       ("epoch_ratio", f"epoch vs width {base['bucket_width']}")])
-    print_json("batching", experiment=args.experiment, overrides=args.overrides, steps=args.steps,
-               repeats=args.repeats, precision=cfg.trainer.precision, parameters=model.count_params(),
-               training_pairs=len(train), rows=rows)
+    print_table(
+        rows,
+        [
+            ("bucket_width", "bucket width"),
+            "buckets",
+            ("batches", "batches in one pass"),
+            ("steps_per_epoch", "steps/epoch"),
+            ("sentences_per_batch", "sentences/batch"),
+            ("source_fill", "source fill"),
+            ("target_fill", "target fill"),
+            ("ms_per_step", "ms/step"),
+            ("target_tokens_per_step", "target tokens/step"),
+            ("tokens_per_second", "target tok/s"),
+            ("epoch_seconds", "epoch s (projected)"),
+            ("speed_ratio", f"tok/s vs width {base['bucket_width']}"),
+            ("epoch_ratio", f"epoch vs width {base['bucket_width']}"),
+        ],
+    )
+    print_json(
+        "batching",
+        experiment=args.experiment,
+        overrides=args.overrides,
+        steps=args.steps,
+        repeats=args.repeats,
+        precision=cfg.trainer.precision,
+        parameters=model.count_params(),
+        training_pairs=len(train),
+        rows=rows,
+    )
 
 
 if __name__ == "__main__":

@@ -71,8 +71,9 @@ CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
 def add_recipe_arguments(parser):
     """Adds `--experiment` and the trailing Hydra `overrides` to a bench's parser, for `recipe_training_split`."""
-    parser.add_argument("--experiment", default="multi30k_en_de",
-                        help="conf/experiment/ to compose (default: multi30k_en_de)")
+    parser.add_argument(
+        "--experiment", default="multi30k_en_de", help="conf/experiment/ to compose (default: multi30k_en_de)"
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for kmt-train (e.g. data.max_tokens=2048)")
 
 
@@ -111,9 +112,12 @@ def recipe_training_split(experiment, overrides=()):
     cfg = recipe_config(experiment, overrides)
     keras.utils.set_random_seed(cfg.seed)  # before the tokenizer: TF's seed reset drops SentencePiece resources
     corpus = load_corpus(cfg.data)
-    vocabularies = Vocabularies.train(corpus["train"].source, corpus["train"].target,
-                                      joint=cfg.model.shared_embeddings,
-                                      **OmegaConf.to_container(cfg.data.tokenizer))
+    vocabularies = Vocabularies.train(
+        corpus["train"].source,
+        corpus["train"].target,
+        joint=cfg.model.shared_embeddings,
+        **OmegaConf.to_container(cfg.data.tokenizer),
+    )
     return cfg, vocabularies, encode_split("train", corpus["train"], vocabularies, cfg.model.max_length)
 
 
@@ -136,10 +140,14 @@ def recipe_steps(cfg, train, steps):
     from text_pipeline import count_batches, make_dataset
 
     batching = dict(max_length=cfg.model.max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size)
-    total_steps = cfg.trainer.epochs * count_batches(train, **batching, bucket_width=cfg.data.bucket_width,
-                                                     repeated=True)
-    stream = make_dataset(train, **batching, bucket_width=cfg.data.bucket_width, shuffle=True, seed=cfg.seed,
-                          repeat=True).take(steps).cache()
+    total_steps = cfg.trainer.epochs * count_batches(
+        train, **batching, bucket_width=cfg.data.bucket_width, repeated=True
+    )
+    stream = (
+        make_dataset(train, **batching, bucket_width=cfg.data.bucket_width, shuffle=True, seed=cfg.seed, repeat=True)
+        .take(steps)
+        .cache()
+    )
     tokens = sum(int((target_out.numpy() != 0).sum()) for _, target_out in stream)  # fills the cache
     return stream, tokens, total_steps
 

@@ -68,18 +68,30 @@ def parse_args(argv=None):
     parser.add_argument("run_dir", help="a kmt-train run directory (holding config.yaml, tokenizer/, checkpoints/)")
     parser.add_argument("--source", help="source sentences, one per line (default: the run's validation split)")
     parser.add_argument("--sentences", type=int, default=200, help="sentences to translate (default: 200)")
-    parser.add_argument("--min-source-tokens", type=int, default=0,
-                        help="use only sentences of at least this many source subword tokens (default: 0)")
+    parser.add_argument(
+        "--min-source-tokens",
+        type=int,
+        default=0,
+        help="use only sentences of at least this many source subword tokens (default: 0)",
+    )
     parser.add_argument("--batch-sizes", default="1,64", help="comma-separated batch sizes (default: 1,64)")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes over the sentences (default: 3)")
     parser.add_argument("--out", help="where to write the exports (default: a temporary directory)")
-    parser.add_argument("--ctranslate2", action="store_true",
-                        help="compare the SavedModel with CTranslate2 float32 and int8, greedy and beam 5")
-    parser.add_argument("--against", metavar="OTHER_RUN_DIR",
-                        help="time this run's model against another run's (same source language), greedy and beam 4")
-    parser.add_argument("--tokenized-reference",
-                        help="tokenized, lowercased references aligned with the sentences (Multi30k's tok/ files): "
-                             "report each variant's tokenized BLEU")
+    parser.add_argument(
+        "--ctranslate2",
+        action="store_true",
+        help="compare the SavedModel with CTranslate2 float32 and int8, greedy and beam 5",
+    )
+    parser.add_argument(
+        "--against",
+        metavar="OTHER_RUN_DIR",
+        help="time this run's model against another run's (same source language), greedy and beam 4",
+    )
+    parser.add_argument(
+        "--tokenized-reference",
+        help="tokenized, lowercased references aligned with the sentences (Multi30k's tok/ files): "
+        "report each variant's tokenized BLEU",
+    )
     args = parser.parse_args(argv)
     try:
         args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
@@ -144,8 +156,10 @@ def export_variants(cfg, vocabularies, model, directory, ctranslate2=False):
     """Exports every variant under `directory` and loads it: name -> `translate(list of str) -> list of str`."""
     search = search_settings(cfg)
     if not ctranslate2:
-        return {name: saved_model(model, vocabularies, search, Path(directory) / name.replace(" ", "_"), *variant)
-                for name, variant in VARIANTS.items()}, search
+        return {
+            name: saved_model(model, vocabularies, search, Path(directory) / name.replace(" ", "_"), *variant)
+            for name, variant in VARIANTS.items()
+        }, search
     from kmt.inference.ctranslate2 import CT2Translator, export_ctranslate2
     from kmt.inference.settings import SearchSettings
 
@@ -160,8 +174,9 @@ def export_variants(cfg, vocabularies, model, directory, ctranslate2=False):
         if engine == "SavedModel":
             variants[name] = saved_model(model, vocabularies, search, Path(directory) / f"beam{beam_size}", beam_size)
         else:
-            variants[name] = lambda batch, translator=translators[engine], beam_size=beam_size: \
-                translator.translate(batch, settings=translator.settings.replace(beam_size=beam_size))
+            variants[name] = lambda batch, translator=translators[engine], beam_size=beam_size: translator.translate(
+                batch, settings=translator.settings.replace(beam_size=beam_size)
+            )
     return variants, search
 
 
@@ -179,8 +194,9 @@ def run_variants(runs, directory):
         search = searches[label] = search_settings(cfg)
         for search_name, beam_size in (("greedy", 1), (f"beam{BEAM_SIZE}", BEAM_SIZE)):
             name = f"{label} {search_name}"
-            variants[name] = saved_model(model, vocabularies, search, Path(directory) / name.replace(" ", "_"),
-                                         beam_size)
+            variants[name] = saved_model(
+                model, vocabularies, search, Path(directory) / name.replace(" ", "_"), beam_size
+            )
     return variants, searches
 
 
@@ -223,29 +239,33 @@ def summarize(results, batch_sizes, pairs):
     rows = []
     for (name, batch_size), result in results.items():
         total = len(result["translations"])
-        rows.append({
-            "variant": name,
-            "batch": batch_size,
-            "sentences_per_second": total / median(result["seconds"]),
-            "tokens_per_second": result["tokens"] / median(result["seconds"]),
-            "p50_ms": 1000 * percentile(result["latencies"], 50),
-            "p95_ms": 1000 * percentile(result["latencies"], 95),
-            "mean_output_tokens": result["tokens"] / total,
-        })
+        rows.append(
+            {
+                "variant": name,
+                "batch": batch_size,
+                "sentences_per_second": total / median(result["seconds"]),
+                "tokens_per_second": result["tokens"] / median(result["seconds"]),
+                "p50_ms": 1000 * percentile(result["latencies"], 50),
+                "p95_ms": 1000 * percentile(result["latencies"], 95),
+                "mean_output_tokens": result["tokens"] / total,
+            }
+        )
     by_key = {(row["variant"], row["batch"]): row for row in rows}
     speedups = []
     for name, baseline in pairs:
         for batch_size in batch_sizes:
             row, base = by_key[name, batch_size], by_key[baseline, batch_size]
-            speedups.append({
-                "variant": name,
-                "over": baseline,
-                "batch": batch_size,
-                "sentences_per_second_ratio": row["sentences_per_second"] / base["sentences_per_second"],
-                "tokens_per_second_ratio": row["tokens_per_second"] / base["tokens_per_second"],
-                "same_translations": results[name, batch_size]["translations"]
-                == results[baseline, batch_size]["translations"],
-            })
+            speedups.append(
+                {
+                    "variant": name,
+                    "over": baseline,
+                    "batch": batch_size,
+                    "sentences_per_second_ratio": row["sentences_per_second"] / base["sentences_per_second"],
+                    "tokens_per_second_ratio": row["tokens_per_second"] / base["tokens_per_second"],
+                    "same_translations": results[name, batch_size]["translations"]
+                    == results[baseline, batch_size]["translations"],
+                }
+            )
     return rows, speedups
 
 
@@ -256,8 +276,11 @@ def comparisons(ctranslate2, names=None):
         return [(f"{names[1]} {search}", f"{names[0]} {search}") for search in ("greedy", f"beam{BEAM_SIZE}")]
     if not ctranslate2:
         return [(f"{search} cached", f"{search} uncached") for search in ("greedy", f"beam{BEAM_SIZE}")]
-    return [(name, name.replace(engine, "SavedModel")) for name, (engine, _) in CT2_VARIANTS.items()
-            if engine != "SavedModel"]
+    return [
+        (name, name.replace(engine, "SavedModel"))
+        for name, (engine, _) in CT2_VARIANTS.items()
+        if engine != "SavedModel"
+    ]
 
 
 def bleu_scores(results, count, path, lines, lang):
@@ -268,8 +291,11 @@ def bleu_scores(results, count, path, lines, lang):
     references = read_lines(path)
     references = [references[i] for i in lines]
     largest = max(batch for _, batch in results)
-    return {name: round(tokenized_bleu(result["translations"][:count], references, lang)["tokenized_bleu"], 2)
-            for (name, batch), result in results.items() if batch == largest}
+    return {
+        name: round(tokenized_bleu(result["translations"][:count], references, lang)["tokenized_bleu"], 2)
+        for (name, batch), result in results.items()
+        if batch == largest
+    }
 
 
 def main(argv=None):
@@ -289,8 +315,9 @@ def main(argv=None):
 
     with tempfile.TemporaryDirectory(prefix="decode_speed_") as scratch:
         if other:
-            variants, search = run_variants([(names[0], cfg, vocabularies, model), (names[1], *other)],
-                                            args.out or scratch)
+            variants, search = run_variants(
+                [(names[0], cfg, vocabularies, model), (names[1], *other)], args.out or scratch
+            )
         else:
             variants, search = export_variants(cfg, vocabularies, model, args.out or scratch, args.ctranslate2)
         results = measure(variants, sentences, args.batch_sizes, args.repeats, count_tokens)
@@ -301,15 +328,35 @@ def main(argv=None):
         for row in rows:
             row["tokenized_bleu"] = bleu[row["variant"]]
 
-    print(f"{len(sentences)} sentences (mean {mean_source_tokens:.1f} source tokens), {args.repeats} repeats, "
-          f"{hardware()}; search {search}")
-    print_table(rows, [("variant", "variant"), ("batch", "batch"), ("sentences_per_second", "sentences/s"),
-                       ("tokens_per_second", "tokens/s"), ("p50_ms", "p50 ms"), ("p95_ms", "p95 ms"),
-                       ("mean_output_tokens", "mean output tokens"), *([("tokenized_bleu", "BLEU")] if bleu else [])])
+    print(
+        f"{len(sentences)} sentences (mean {mean_source_tokens:.1f} source tokens), {args.repeats} repeats, "
+        f"{hardware()}; search {search}"
+    )
+    print_table(
+        rows,
+        [
+            ("variant", "variant"),
+            ("batch", "batch"),
+            ("sentences_per_second", "sentences/s"),
+            ("tokens_per_second", "tokens/s"),
+            ("p50_ms", "p50 ms"),
+            ("p95_ms", "p95 ms"),
+            ("mean_output_tokens", "mean output tokens"),
+            *([("tokenized_bleu", "BLEU")] if bleu else []),
+        ],
+    )
     print()
-    print_table(speedups, [("variant", "variant"), ("over", "over"), ("batch", "batch"),
-                           ("sentences_per_second_ratio", "sentences/s ratio"),
-                           ("tokens_per_second_ratio", "tokens/s ratio"), ("same_translations", "same translations")])
+    print_table(
+        speedups,
+        [
+            ("variant", "variant"),
+            ("over", "over"),
+            ("batch", "batch"),
+            ("sentences_per_second_ratio", "sentences/s ratio"),
+            ("tokens_per_second_ratio", "tokens/s ratio"),
+            ("same_translations", "same translations"),
+        ],
+    )
     print()
     print_json(
         "decode_speed",

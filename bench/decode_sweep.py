@@ -29,8 +29,13 @@ from common import markdown_table, print_json  # noqa: E402  (bench/ is on sys.p
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", help="a kmt-train run directory (holding config.yaml, tokenizer/, checkpoints/)")
-    parser.add_argument("--average", type=int, default=0, metavar="N",
-                        help="average the last N epoch checkpoints (default: 0, the last checkpoint alone)")
+    parser.add_argument(
+        "--average",
+        type=int,
+        default=0,
+        metavar="N",
+        help="average the last N epoch checkpoints (default: 0, the last checkpoint alone)",
+    )
     parser.add_argument("--split", default="val", help="the run's split to translate: val or test (default: val)")
     parser.add_argument("--beam-sizes", default="5", help="comma-separated beam sizes (default: 5)")
     parser.add_argument("--length-penalties", default="0.6", help="comma-separated GNMT alphas (default: 0.6)")
@@ -81,7 +86,6 @@ def main(argv=None):
     from kmt.checkpoints import average_checkpoints, load_run_model
     from kmt.data import load_corpus
     from kmt.errors import KmtError
-    from kmt.run_dir import RunDir
     from kmt.inference.settings import SearchSettings
     from kmt.inference.translators import KerasTranslator
     from kmt.metrics import tokenized_bleu, translation_scores
@@ -112,20 +116,33 @@ def main(argv=None):
             hypotheses = translator.translate(sources)
             seconds = time.perf_counter() - started
             scores = translation_scores(hypotheses, references, tokenized=tokenized_data)
-            row = {"beam": beam_size, "alpha": alpha, "bleu": round(scores["bleu"], 2),
-                   "chrf": round(scores["chrf"], 2), "length_ratio": round(scores["length_ratio"], 3),
-                   "seconds": round(seconds, 1)}
+            row = {
+                "beam": beam_size,
+                "alpha": alpha,
+                "bleu": round(scores["bleu"], 2),
+                "chrf": round(scores["chrf"], 2),
+                "length_ratio": round(scores["length_ratio"], 3),
+                "seconds": round(seconds, 1),
+            }
             if tokenized is not None:
-                row["tokenized_bleu"] = round(tokenized_bleu(hypotheses, tokenized, cfg.data.target_lang)
-                                              ["tokenized_bleu"], 2)
+                row["tokenized_bleu"] = round(
+                    tokenized_bleu(hypotheses, tokenized, cfg.data.target_lang)["tokenized_bleu"], 2
+                )
             row["halves"] = halves_bleu(hypotheses, references, tokenized, cfg.data.target_lang)
             rows.append(row)
             print(f"beam {beam_size} alpha {alpha}: " + ", ".join(f"{k} {v}" for k, v in row.items()), flush=True)
 
     bleu_name = "tok. BLEU (tok/ text)" if tokenized_data else "sacreBLEU"
-    columns = [("beam", "beam"), ("alpha", "length penalty"), ("bleu", f"{args.split} {bleu_name}"),
-               ("chrf", "chrF"), ("tokenized_bleu", "tok. BLEU"), ("length_ratio", "hyp/ref length"),
-               ("halves", "BLEU of each half"), ("seconds", "decode s")]
+    columns = [
+        ("beam", "beam"),
+        ("alpha", "length penalty"),
+        ("bleu", f"{args.split} {bleu_name}"),
+        ("chrf", "chrF"),
+        ("tokenized_bleu", "tok. BLEU"),
+        ("length_ratio", "hyp/ref length"),
+        ("halves", "BLEU of each half"),
+        ("seconds", "decode s"),
+    ]
     if tokenized is None:
         columns.remove(("tokenized_bleu", "tok. BLEU"))
     cells = [{k: " / ".join(map(str, v)) if k == "halves" else str(v) for k, v in row.items()} for row in rows]
@@ -133,8 +150,14 @@ def main(argv=None):
     print(table, end="")
     chosen, why = choose(rows)
     print(f"chosen: beam {chosen['beam']} alpha {chosen['alpha']} ({why})")
-    print_json("decode_sweep", run_dir=args.run_dir, average=args.average, split=args.split, rows=rows,
-               chosen={"beam": chosen["beam"], "alpha": chosen["alpha"], "why": why})
+    print_json(
+        "decode_sweep",
+        run_dir=args.run_dir,
+        average=args.average,
+        split=args.split,
+        rows=rows,
+        chosen={"beam": chosen["beam"], "alpha": chosen["alpha"], "why": why},
+    )
     if args.out:
         Path(args.out).write_text(table, encoding="utf-8")
 

@@ -45,9 +45,18 @@ def measure(prepared, devices, rounds, overrides):
 
     runs = {}
     for mode in ("none", "mirrored"):
-        cfg = common.recipe_config(None, ["debug=smoke", "data=prepared", f"data.path={prepared}",
-                                          f"trainer.distribute={mode}", "trainer.precision=float32", *MODEL,
-                                          *overrides])
+        cfg = common.recipe_config(
+            None,
+            [
+                "debug=smoke",
+                "data=prepared",
+                f"data.path={prepared}",
+                f"trainer.distribute={mode}",
+                "trainer.precision=float32",
+                *MODEL,
+                *overrides,
+            ],
+        )
         p = prepare(cfg, tempfile.mkdtemp(prefix=f"kmt-scaling-{mode}-"))
         with p.placement.scope():
             common.fit_seconds(p.model, p.train_data, p.steps_per_epoch)  # untimed: traces and compiles
@@ -57,8 +66,15 @@ def measure(prepared, devices, rounds, overrides):
         for mode, p in runs.items():
             with p.placement.scope():
                 seconds = common.fit_seconds(p.model, p.train_data, p.steps_per_epoch)
-            rows.append({"round": number, "mode": mode, "devices": p.placement.replicas,
-                         "tokens_per_second": p.epoch.target_tokens / seconds, "steps": p.steps_per_epoch})
+            rows.append(
+                {
+                    "round": number,
+                    "mode": mode,
+                    "devices": p.placement.replicas,
+                    "tokens_per_second": p.epoch.target_tokens / seconds,
+                    "steps": p.steps_per_epoch,
+                }
+            )
     print(json.dumps({"rows": rows, "backend": keras.backend.backend()}))
 
 
@@ -76,9 +92,20 @@ def main():
     common.require_positive(parser, args, "devices", "rounds", "pairs")
 
     prepared = Path(tempfile.mkdtemp(prefix="kmt-scaling-")) / "data"
-    made = subprocess.run([sys.executable, "-m", "kmt.cli.prepare", "debug=smoke",
-                           f"data.num_train={args.pairs}", f"data.limit={args.pairs}", "data.max_tokens=1024",
-                           f"hydra.run.dir={prepared}"], capture_output=True, text=True)
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kmt.cli.prepare",
+            "debug=smoke",
+            f"data.num_train={args.pairs}",
+            f"data.limit={args.pairs}",
+            "data.max_tokens=1024",
+            f"hydra.run.dir={prepared}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if made.returncode:
         sys.exit(f"error: kmt-prepare failed: {made.stderr.strip().splitlines()[-1]}")
     table = []
@@ -86,20 +113,47 @@ def main():
         env = os.environ | {"KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
         if backend == "jax":
             env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={args.devices}"
-        result = subprocess.run([sys.executable, __file__, "--worker", str(prepared), str(args.devices),
-                                 "--rounds", str(args.rounds), *args.overrides], env=env, capture_output=True,
-                                text=True)
+        result = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--worker",
+                str(prepared),
+                str(args.devices),
+                "--rounds",
+                str(args.rounds),
+                *args.overrides,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         if result.returncode:
             sys.exit(f"error: the {backend} run failed: {result.stderr.strip().splitlines()[-1]}")
         rows = json.loads(result.stdout.strip().splitlines()[-1])["rows"]
         best = {mode: max(r["tokens_per_second"] for r in rows if r["mode"] == mode) for mode in ("none", "mirrored")}
         devices = next(r["devices"] for r in rows if r["mode"] == "mirrored")
-        table.append({"backend": backend, "devices": devices, "one_device": best["none"],
-                      "all_devices": best["mirrored"], "speed_up": best["mirrored"] / best["none"],
-                      "efficiency": best["mirrored"] / (devices * best["none"])})
-    common.print_table(table, [("backend", "backend"), ("devices", "devices"),
-                               ("one_device", "tokens/s, 1 device"), ("all_devices", "tokens/s, all devices"),
-                               ("speed_up", "speed-up"), ("efficiency", "efficiency")])
+        table.append(
+            {
+                "backend": backend,
+                "devices": devices,
+                "one_device": best["none"],
+                "all_devices": best["mirrored"],
+                "speed_up": best["mirrored"] / best["none"],
+                "efficiency": best["mirrored"] / (devices * best["none"]),
+            }
+        )
+    common.print_table(
+        table,
+        [
+            ("backend", "backend"),
+            ("devices", "devices"),
+            ("one_device", "tokens/s, 1 device"),
+            ("all_devices", "tokens/s, all devices"),
+            ("speed_up", "speed-up"),
+            ("efficiency", "efficiency"),
+        ],
+    )
     common.print_json("distribute_scaling", rows=table, pairs=args.pairs, rounds=args.rounds)
 
 

@@ -52,9 +52,16 @@ def stream(train, cfg, seed, autotune):
 
     from text_pipeline import make_dataset
 
-    dataset = make_dataset(train, cfg.model.max_length, max_tokens=cfg.data.max_tokens,
-                           batch_size=cfg.data.batch_size, bucket_width=cfg.data.bucket_width, shuffle=True,
-                           seed=seed, repeat=True)
+    dataset = make_dataset(
+        train,
+        cfg.model.max_length,
+        max_tokens=cfg.data.max_tokens,
+        batch_size=cfg.data.batch_size,
+        bucket_width=cfg.data.bucket_width,
+        shuffle=True,
+        seed=seed,
+        repeat=True,
+    )
     options = tf.data.Options()
     options.autotune.enabled = autotune == "on"
     return dataset.with_options(options)
@@ -64,8 +71,11 @@ def main(argv=None):
     args = parse_args(argv)  # before TensorFlow is imported (seconds): --help and usage errors answer at once
     cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)
     model = recipe_model(cfg, vocabularies, 10 * args.steps * (args.repeats + 1))
-    print(f"{args.experiment}: {len(train):,} training pairs; {model.count_params():,} parameters, "
-          f"{cfg.trainer.precision}; {args.steps} steps a fit", file=sys.stderr)
+    print(
+        f"{args.experiment}: {len(train):,} training pairs; {model.count_params():,} parameters, "
+        f"{cfg.trainer.precision}; {args.steps} steps a fit",
+        file=sys.stderr,
+    )
 
     fits = {setting: [] for setting in SETTINGS}
     for round_ in range(args.repeats + 1):  # round 0 traces and is not timed
@@ -75,23 +85,49 @@ def main(argv=None):
             whole = time.perf_counter() - started
             if round_:
                 fits[setting].append((steps, whole))
-                print(f"round {round_}, autotune {setting}: steps {steps:.1f} s, whole fit {whole:.1f} s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"round {round_}, autotune {setting}: steps {steps:.1f} s, whole fit {whole:.1f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
     rows = []
     for setting, timings in fits.items():
         teardowns = [whole - steps for steps, whole in timings]
-        rows.append({"autotune": setting, "fits": len(timings),
-                     "ms_per_step": 1000 * median([steps for steps, _ in timings]) / args.steps,
-                     "whole_fit_ms_per_step": 1000 * median([whole for _, whole in timings]) / args.steps,
-                     "teardown_seconds_median": median(teardowns), "teardown_seconds_max": max(teardowns),
-                     "stalled_fits": sum(seconds > 1.0 for seconds in teardowns), "teardown_seconds": teardowns})
-    print_table(rows, ["autotune", "fits", ("ms_per_step", "steps: ms/step"),
-                       ("whole_fit_ms_per_step", "whole fit: ms/step"),
-                       ("teardown_seconds_median", "teardown s (median)"), ("teardown_seconds_max", "teardown s (max)"),
-                       ("stalled_fits", "fits with a teardown over 1 s")])
-    print_json("fit_teardown", experiment=args.experiment, overrides=args.overrides, steps=args.steps,
-               repeats=args.repeats, precision=cfg.trainer.precision, parameters=model.count_params(),
-               training_pairs=len(train), rows=rows)
+        rows.append(
+            {
+                "autotune": setting,
+                "fits": len(timings),
+                "ms_per_step": 1000 * median([steps for steps, _ in timings]) / args.steps,
+                "whole_fit_ms_per_step": 1000 * median([whole for _, whole in timings]) / args.steps,
+                "teardown_seconds_median": median(teardowns),
+                "teardown_seconds_max": max(teardowns),
+                "stalled_fits": sum(seconds > 1.0 for seconds in teardowns),
+                "teardown_seconds": teardowns,
+            }
+        )
+    print_table(
+        rows,
+        [
+            "autotune",
+            "fits",
+            ("ms_per_step", "steps: ms/step"),
+            ("whole_fit_ms_per_step", "whole fit: ms/step"),
+            ("teardown_seconds_median", "teardown s (median)"),
+            ("teardown_seconds_max", "teardown s (max)"),
+            ("stalled_fits", "fits with a teardown over 1 s"),
+        ],
+    )
+    print_json(
+        "fit_teardown",
+        experiment=args.experiment,
+        overrides=args.overrides,
+        steps=args.steps,
+        repeats=args.repeats,
+        precision=cfg.trainer.precision,
+        parameters=model.count_params(),
+        training_pairs=len(train),
+        rows=rows,
+    )
 
 
 if __name__ == "__main__":

@@ -48,20 +48,39 @@ COLORS = {"self-attention": "tab:blue", "LSTM": "tab:orange", "convolution": "ta
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", type=int, nargs="+", default=[16, 64, 256, 1024, 4096], metavar="N",
-                        help="sequence lengths n to time (default: 16 64 256 1024 4096)")
+    parser.add_argument(
+        "--lengths",
+        type=int,
+        nargs="+",
+        default=[16, 64, 256, 1024, 4096],
+        metavar="N",
+        help="sequence lengths n to time (default: 16 64 256 1024 4096)",
+    )
     parser.add_argument("--hidden-dim", type=int, default=256, help="d_model d of every layer (default: %(default)s)")
-    parser.add_argument("--num-heads", type=int, default=4,
-                        help="self-attention heads; must divide --hidden-dim (default: %(default)s)")
+    parser.add_argument(
+        "--num-heads", type=int, default=4, help="self-attention heads; must divide --hidden-dim (default: %(default)s)"
+    )
     parser.add_argument("--kernel-size", type=int, default=3, help="convolution kernel width k (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=1, help="sequences per call B (default: %(default)s)")
-    parser.add_argument("--repeats", type=int, default=5,
-                        help="timed rounds after the warm-up; the median is reported (default: %(default)s)")
-    parser.add_argument("--out", type=Path, default=Path("runs/bench/layer_complexity.png"),
-                        help="where the PNG plot goes; its folder is created (default: %(default)s)")
-    parser.add_argument("--worker", nargs=2, metavar=("LAYER", "N"),
-                        help="internal: measure the peak memory of one layer at one length in this process and print "
-                             "one JSON line; the main run starts one such process per point")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="timed rounds after the warm-up; the median is reported (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs/bench/layer_complexity.png"),
+        help="where the PNG plot goes; its folder is created (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--worker",
+        nargs=2,
+        metavar=("LAYER", "N"),
+        help="internal: measure the peak memory of one layer at one length in this process and print "
+        "one JSON line; the main run starts one such process per point",
+    )
     args = parser.parse_args(argv)
     require_positive(parser, args, "hidden_dim", "num_heads", "batch_size", "repeats")
     if min(args.lengths) < 1:
@@ -69,8 +88,10 @@ def parse_args(argv=None):
     if args.kernel_size < 2:
         parser.error(f"--kernel-size must be at least 2. Received: {args.kernel_size}")
     if args.hidden_dim % args.num_heads:
-        parser.error(f"--hidden-dim must be divisible by --num-heads. "
-                     f"Received: hidden_dim={args.hidden_dim}, num_heads={args.num_heads}")
+        parser.error(
+            f"--hidden-dim must be divisible by --num-heads. "
+            f"Received: hidden_dim={args.hidden_dim}, num_heads={args.num_heads}"
+        )
     if args.worker and args.worker[0] not in LAYERS:
         parser.error(f"--worker LAYER must be one of {', '.join(LAYERS)}. Received: {args.worker[0]!r}")
     args.lengths = sorted(set(args.lengths))
@@ -95,8 +116,11 @@ def compiled_step(name, length, args):
         def forward(x):
             return layer(x, x, training=False)  # (B, n, D)
     else:
-        layer = keras.layers.LSTM(d, return_sequences=True) if name == "LSTM" else keras.layers.Conv1D(
-            d, args.kernel_size, padding="same")
+        layer = (
+            keras.layers.LSTM(d, return_sequences=True)
+            if name == "LSTM"
+            else keras.layers.Conv1D(d, args.kernel_size, padding="same")
+        )
         layer.build(shape)
 
         def forward(x):
@@ -119,8 +143,11 @@ def compiled_step(name, length, args):
 def forward_flops(name, n, args):
     """FLOPs of one forward pass (multiply-add = 2), the formulas of the module docstring."""
     b, d, k = args.batch_size, args.hidden_dim, args.kernel_size
-    per_sequence = {"self-attention": 8 * n * d**2 + 4 * n**2 * d, "LSTM": 16 * n * d**2,
-                    "convolution": 2 * k * n * d**2}[name]
+    per_sequence = {
+        "self-attention": 8 * n * d**2 + 4 * n**2 * d,
+        "LSTM": 16 * n * d**2,
+        "convolution": 2 * k * n * d**2,
+    }[name]
     return b * per_sequence
 
 
@@ -135,8 +162,12 @@ def table_one(name, n, args):
     dilated = 1
     while k**dilated < n:  # layers of dilation 1, k, k^2, ...: k^m positions reach each other after m of them
         dilated += 1
-    return {"table1_term": k * n * d**2, "sequential": 1, "path": dilated,
-            "path_contiguous": max(1, math.ceil((n - 1) / (k - 1)))}
+    return {
+        "table1_term": k * n * d**2,
+        "sequential": 1,
+        "path": dilated,
+        "path_contiguous": max(1, math.ceil((n - 1) / (k - 1))),
+    }
 
 
 def time_side_by_side(args):
@@ -154,8 +185,10 @@ def time_side_by_side(args):
             order = order[1:] + order[:1]
         for name in LAYERS:
             seconds[name, length] = median(samples[name])
-        print(f"n={length}: " + ", ".join(f"{name} {1000 * seconds[name, length]:.3g} ms" for name in LAYERS),
-              file=sys.stderr)
+        print(
+            f"n={length}: " + ", ".join(f"{name} {1000 * seconds[name, length]:.3g} ms" for name in LAYERS),
+            file=sys.stderr,
+        )
     return seconds
 
 
@@ -168,9 +201,21 @@ def peak_memory_mib(name, length, args):
         before = resident_kib("VmRSS")
         call()
         return (resident_kib("VmHWM") - before) / 1024
-    command = [sys.executable, __file__, "--worker", name, str(length), "--hidden-dim", str(args.hidden_dim),
-               "--num-heads", str(args.num_heads), "--kernel-size", str(args.kernel_size),
-               "--batch-size", str(args.batch_size)]
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        name,
+        str(length),
+        "--hidden-dim",
+        str(args.hidden_dim),
+        "--num-heads",
+        str(args.num_heads),
+        "--kernel-size",
+        str(args.kernel_size),
+        "--batch-size",
+        str(args.batch_size),
+    ]
     env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
     result = subprocess.run(command, capture_output=True, text=True, env=env)
     if result.returncode != 0:
@@ -192,8 +237,9 @@ def crossover(seconds, args):
     """The n from which self-attention stays slower than the LSTM, interpolated log-log between the lengths around
     its last crossing (at the shortest lengths fixed costs may make it slower too); a text says where it lies."""
     gaps = [math.log(seconds["self-attention", n] / seconds["LSTM", n]) for n in args.lengths]
-    crossings = [(n0, g0, n1, g1) for n0, g0, n1, g1 in zip(args.lengths, gaps, args.lengths[1:], gaps[1:])
-                 if g0 <= 0 < g1]
+    crossings = [
+        (n0, g0, n1, g1) for n0, g0, n1, g1 in zip(args.lengths, gaps, args.lengths[1:], gaps[1:]) if g0 <= 0 < g1
+    ]
     if gaps[-1] <= 0:
         return None, f"above n={args.lengths[-1]:,}: self-attention is faster at the longest length measured"
     if not crossings:
@@ -214,8 +260,9 @@ def plot(rows, cross, args):
     figure, (time_axis, memory_axis) = plt.subplots(1, 2, figsize=(12, 4.8))
     for name in LAYERS:
         points = [row for row in rows if row["layer"] == name]
-        time_axis.loglog([row["n"] for row in points], [row["ms"] for row in points], "o-", color=COLORS[name],
-                         label=name)
+        time_axis.loglog(
+            [row["n"] for row in points], [row["ms"] for row in points], "o-", color=COLORS[name], label=name
+        )
         memory = [(row["n"], row["memory_mib"]) for row in points if row["memory_mib"]]
         if memory:
             memory_axis.loglog(*zip(*memory), "o-", color=COLORS[name], label=name)
@@ -230,8 +277,11 @@ def plot(rows, cross, args):
         axis.grid(True, which="both", alpha=0.3)
         if axis.get_legend_handles_labels()[0]:
             axis.legend(fontsize=8)
-    figure.suptitle(f"One layer, float32: B={args.batch_size}, d={args.hidden_dim}, H={args.num_heads}, "
-                    f"k={args.kernel_size} ({hardware()})", fontsize=10)
+    figure.suptitle(
+        f"One layer, float32: B={args.batch_size}, d={args.hidden_dim}, H={args.num_heads}, "
+        f"k={args.kernel_size} ({hardware()})",
+        fontsize=10,
+    )
     figure.tight_layout()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(args.out, dpi=100)
@@ -248,25 +298,51 @@ def main(argv=None):
     for length in args.lengths:
         for name in LAYERS:
             flops = 3 * forward_flops(name, length, args)
-            rows.append({"layer": name, "n": length, "ms": 1000 * seconds[name, length],
-                         "memory_mib": peak_memory_mib(name, length, args), "gflops": flops / 1e9,
-                         "gflops_per_s": flops / 1e9 / seconds[name, length], **table_one(name, length, args)})
+            rows.append(
+                {
+                    "layer": name,
+                    "n": length,
+                    "ms": 1000 * seconds[name, length],
+                    "memory_mib": peak_memory_mib(name, length, args),
+                    "gflops": flops / 1e9,
+                    "gflops_per_s": flops / 1e9 / seconds[name, length],
+                    **table_one(name, length, args),
+                }
+            )
     cross, cross_text = crossover(seconds, args)
-    print_table(rows, [("layer", "layer"), ("n", "n"), ("ms", "ms fwd+bwd"), ("memory_mib", "memory MiB"),
-                       ("gflops", "GFLOP counted"), ("gflops_per_s", "GFLOP/s"), ("table1_term", "Table 1 term"),
-                       ("sequential", "sequential ops"), ("path", "max path length"),
-                       ("path_contiguous", "path, contiguous kernels")])
-    print(f"\ncrossover, self-attention slower than the LSTM: measured {cross_text}; by the FLOP counts from n = "
-          f"{2 * args.hidden_dim:,} (2d), by Table 1's leading terms from n = {args.hidden_dim:,} (d)")
+    print_table(
+        rows,
+        [
+            ("layer", "layer"),
+            ("n", "n"),
+            ("ms", "ms fwd+bwd"),
+            ("memory_mib", "memory MiB"),
+            ("gflops", "GFLOP counted"),
+            ("gflops_per_s", "GFLOP/s"),
+            ("table1_term", "Table 1 term"),
+            ("sequential", "sequential ops"),
+            ("path", "max path length"),
+            ("path_contiguous", "path, contiguous kernels"),
+        ],
+    )
+    print(
+        f"\ncrossover, self-attention slower than the LSTM: measured {cross_text}; by the FLOP counts from n = "
+        f"{2 * args.hidden_dim:,} (2d), by Table 1's leading terms from n = {args.hidden_dim:,} (d)"
+    )
     plot(rows, cross, args)
     print(f"plot: {args.out}")
     print_json(
         "layer_complexity",
-        settings={"hidden_dim": args.hidden_dim, "num_heads": args.num_heads, "kernel_size": args.kernel_size,
-                  "batch_size": args.batch_size, "repeats": args.repeats, "precision": "float32",
-                  "memory": "peak RSS (VmHWM) above RSS over the first call, a fresh process per point"},
-        crossover={"measured": cross, "text": cross_text, "flop_count": 2 * args.hidden_dim,
-                   "table1": args.hidden_dim},
+        settings={
+            "hidden_dim": args.hidden_dim,
+            "num_heads": args.num_heads,
+            "kernel_size": args.kernel_size,
+            "batch_size": args.batch_size,
+            "repeats": args.repeats,
+            "precision": "float32",
+            "memory": "peak RSS (VmHWM) above RSS over the first call, a fresh process per point",
+        },
+        crossover={"measured": cross, "text": cross_text, "flop_count": 2 * args.hidden_dim, "table1": args.hidden_dim},
         rows=rows,
         plot=str(args.out),
     )

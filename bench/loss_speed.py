@@ -89,21 +89,44 @@ def main(argv=None):
     loss, metrics = textbook_losses(cfg.optim.label_smoothing)
     textbook.compile(optimizer=textbook.optimizer, loss=loss, metrics=metrics)
     models["textbook"] = textbook
-    print(f"{args.experiment}: {models['kmt'].count_params():,} parameters, {cfg.trainer.precision}, {args.steps} "
-          f"steps of {tokens / args.steps:,.0f} target tokens a model and round", file=sys.stderr)
+    print(
+        f"{args.experiment}: {models['kmt'].count_params():,} parameters, {cfg.trainer.precision}, {args.steps} "
+        f"steps of {tokens / args.steps:,.0f} target tokens a model and round",
+        file=sys.stderr,
+    )
     seconds = fits_side_by_side(models, stream, args.steps, args.repeats)
     rows = []
     for name, times in seconds.items():
         step = median(times) / args.steps
-        rows.append({"loss": name, "ms_per_step": 1000 * step, "tokens_per_second": tokens / args.steps / step,
-                     "ms_per_step_rounds": [1000 * t / args.steps for t in times]})
+        rows.append(
+            {
+                "loss": name,
+                "ms_per_step": 1000 * step,
+                "tokens_per_second": tokens / args.steps / step,
+                "ms_per_step_rounds": [1000 * t / args.steps for t in times],
+            }
+        )
     for row in rows:
         row["textbook_over_this"] = rows[1]["ms_per_step"] / row["ms_per_step"]
-    print_table(rows, [("loss", "loss and metrics"), ("ms_per_step", "ms/step"), ("tokens_per_second", "target tok/s"),
-                       ("textbook_over_this", "textbook step / this step")])
-    print_json("loss_speed", experiment=args.experiment, overrides=args.overrides, steps=args.steps,
-               repeats=args.repeats, precision=cfg.trainer.precision, parameters=models["kmt"].count_params(),
-               rows=rows)
+    print_table(
+        rows,
+        [
+            ("loss", "loss and metrics"),
+            ("ms_per_step", "ms/step"),
+            ("tokens_per_second", "target tok/s"),
+            ("textbook_over_this", "textbook step / this step"),
+        ],
+    )
+    print_json(
+        "loss_speed",
+        experiment=args.experiment,
+        overrides=args.overrides,
+        steps=args.steps,
+        repeats=args.repeats,
+        precision=cfg.trainer.precision,
+        parameters=models["kmt"].count_params(),
+        rows=rows,
+    )
 
 
 if __name__ == "__main__":

@@ -33,10 +33,12 @@ SETTINGS = {"kmt": {}, "128 KiB": {"MALLOC_MMAP_THRESHOLD_": "131072"}}
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--experiment", default="multi30k_de_en", help="conf/experiment/ to run (default: "
-                                                                       "multi30k_de_en)")
-    parser.add_argument("--pairs", type=int, default=3000,
-                        help="training pairs (data.limit; also caps val and test) (default: 3000)")
+    parser.add_argument(
+        "--experiment", default="multi30k_de_en", help="conf/experiment/ to run (default: multi30k_de_en)"
+    )
+    parser.add_argument(
+        "--pairs", type=int, default=3000, help="training pairs (data.limit; also caps val and test) (default: 3000)"
+    )
     parser.add_argument("--repeats", type=int, default=2, help="runs per setting (default: 2)")
     parser.add_argument("overrides", nargs="*", help="more Hydra overrides for kmt-train")
     args = parser.parse_args(argv)
@@ -46,9 +48,19 @@ def parse_args(argv=None):
 
 def train(setting, args, directory):
     """One `kmt-train` run in a subprocess: `(seconds of epoch 2, minor faults, kernel share, peak RSS MiB)`."""
-    command = [sys.executable, "-m", "kmt.cli.train", f"experiment={args.experiment}", f"data.limit={args.pairs}",
-               "trainer.epochs=2", "trainer.max_minutes=0", "decode.beam_size=1", "trainer.verbose=0",
-               f"hydra.run.dir={directory}", *args.overrides]
+    command = [
+        sys.executable,
+        "-m",
+        "kmt.cli.train",
+        f"experiment={args.experiment}",
+        f"data.limit={args.pairs}",
+        "trainer.epochs=2",
+        "trainer.max_minutes=0",
+        "decode.beam_size=1",
+        "trainer.verbose=0",
+        f"hydra.run.dir={directory}",
+        *args.overrides,
+    ]
     env = {key: value for key, value in os.environ.items() if key != "MALLOC_MMAP_THRESHOLD_"}
     env |= {"TF_CPP_MIN_LOG_LEVEL": "3", **SETTINGS[setting]}
     log = Path(directory).with_suffix(".log")
@@ -60,8 +72,12 @@ def train(setting, args, directory):
         sys.exit(f"error: kmt-train ({setting}) failed: {lines[-1] if lines else 'no output'}")
     with open(Path(directory) / "logs" / "history.csv", newline="") as rows:
         epochs = {int(row["epoch"]): float(row["epoch_seconds"]) for row in csv.DictReader(rows)}
-    return epochs[max(epochs)], usage.ru_minflt, usage.ru_stime / (usage.ru_utime + usage.ru_stime), \
-        usage.ru_maxrss / 1024
+    return (
+        epochs[max(epochs)],
+        usage.ru_minflt,
+        usage.ru_stime / (usage.ru_utime + usage.ru_stime),
+        usage.ru_maxrss / 1024,
+    )
 
 
 def main(argv=None):
@@ -78,15 +94,36 @@ def main(argv=None):
     rows = []
     for setting, results in runs.items():
         seconds, faults, kernel, rss = (median(column) for column in zip(*results))
-        rows.append({"setting": setting, "epoch_seconds": round(seconds, 1), "minor_faults": int(faults),
-                     "kernel_share": round(kernel, 3), "peak_rss_mib": round(rss)})
+        rows.append(
+            {
+                "setting": setting,
+                "epoch_seconds": round(seconds, 1),
+                "minor_faults": int(faults),
+                "kernel_share": round(kernel, 3),
+                "peak_rss_mib": round(rss),
+            }
+        )
     ratio = rows[1]["epoch_seconds"] / rows[0]["epoch_seconds"]
-    print_table(rows, [("setting", "mmap threshold"), ("epoch_seconds", "epoch 2 s"),
-                       ("minor_faults", "minor faults"), ("kernel_share", "kernel CPU share"),
-                       ("peak_rss_mib", "peak RSS MiB")])
+    print_table(
+        rows,
+        [
+            ("setting", "mmap threshold"),
+            ("epoch_seconds", "epoch 2 s"),
+            ("minor_faults", "minor faults"),
+            ("kernel_share", "kernel CPU share"),
+            ("peak_rss_mib", "peak RSS MiB"),
+        ],
+    )
     print(f"\n128 KiB / kmt epoch seconds: {ratio:.2f}")
-    print_json("malloc_threshold", experiment=args.experiment, pairs=args.pairs,
-               repeats=args.repeats, overrides=args.overrides, results=rows, ratio=round(ratio, 3))
+    print_json(
+        "malloc_threshold",
+        experiment=args.experiment,
+        pairs=args.pairs,
+        repeats=args.repeats,
+        overrides=args.overrides,
+        results=rows,
+        ratio=round(ratio, 3),
+    )
 
 
 if __name__ == "__main__":

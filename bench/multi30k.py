@@ -34,22 +34,36 @@ from pathlib import Path
 
 from common import CONFIG_DIR, hardware, recipe_config
 
-ANCHORS = {"en_de": "fairseq Transformer 4+4, d=128, avg 10, beam 5: 41.02",
-           "de_en": "Transformer 3+3, d=256, greedy: 36.52"}
+ANCHORS = {
+    "en_de": "fairseq Transformer 4+4, d=128, avg 10, beam 5: 41.02",
+    "de_en": "Transformer 3+3, d=256, greedy: 36.52",
+}
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("direction", nargs="?", choices=ANCHORS, default="en_de",
-                        help="which recipe: conf/experiment/multi30k_<direction>.yaml (default: en_de)")
+    parser.add_argument(
+        "direction",
+        nargs="?",
+        choices=ANCHORS,
+        default="en_de",
+        help="which recipe: conf/experiment/multi30k_<direction>.yaml (default: en_de)",
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides passed to kmt-train, e.g. trainer.epochs=20")
-    parser.add_argument("--tok-data", action="store_true",
-                        help="train, validate and test on the lowercased, tokenized tok/ copies (data.tokenized=true)")
-    parser.add_argument("--resume", metavar="RUN_DIR", type=Path,
-                        help="continue a killed bench run in RUN_DIR from its last completed epoch, with the "
-                             "overrides (and --tok-data) it was started with, then any given here; its time budget "
-                             "counts the epochs already spent, and so does `train_minutes` (`total_minutes`, with the "
-                             "export and the test decode, counts this invocation only)")
+    parser.add_argument(
+        "--tok-data",
+        action="store_true",
+        help="train, validate and test on the lowercased, tokenized tok/ copies (data.tokenized=true)",
+    )
+    parser.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        type=Path,
+        help="continue a killed bench run in RUN_DIR from its last completed epoch, with the "
+        "overrides (and --tok-data) it was started with, then any given here; its time budget "
+        "counts the epochs already spent, and so does `train_minutes` (`total_minutes`, with the "
+        "export and the test decode, counts this invocation only)",
+    )
     return parser.parse_intermixed_args(argv)
 
 
@@ -68,11 +82,22 @@ def main():
     overrides = [*(["data.tokenized=true"] if tok_data else []), *user_overrides]
     data = Path(prepare_corpus(recipe(direction, overrides), direction, tok_data)) / "multi30k"
     started = time.perf_counter()
-    status, stopped_by = run_child([sys.executable, "-m", "kmt.cli.train", f"experiment=multi30k_{direction}",
-                                    f"hydra.run.dir={run_dir}", *overrides])
+    status, stopped_by = run_child(
+        [
+            sys.executable,
+            "-m",
+            "kmt.cli.train",
+            f"experiment=multi30k_{direction}",
+            f"hydra.run.dir={run_dir}",
+            *overrides,
+        ]
+    )
     if stopped_by:
-        print(f"error: stopped by {stopped_by.name}; continue the run from its last completed epoch with: "
-              f"python bench/multi30k.py {direction} --resume {run_dir}", file=sys.stderr)
+        print(
+            f"error: stopped by {stopped_by.name}; continue the run from its last completed epoch with: "
+            f"python bench/multi30k.py {direction} --resume {run_dir}",
+            file=sys.stderr,
+        )
         sys.exit(128 + stopped_by)
     if status:
         sys.exit(status)  # kmt-train has printed its one-line error
@@ -82,15 +107,23 @@ def main():
     if tok_data:  # the output is in the references' form already: BLEU splits on spaces only
         texts = ["--source", f"{tok}.{source}", "--reference", f"{tok}.{target}", "--tokenized"]
     else:
-        texts = ["--source", f"{raw}.{source}", "--reference", f"{raw}.{target}",
-                 "--tokenized-reference", f"{tok}.{target}", "--lang", target]
+        texts = [
+            "--source",
+            f"{raw}.{source}",
+            "--reference",
+            f"{raw}.{target}",
+            "--tokenized-reference",
+            f"{tok}.{target}",
+            "--lang",
+            target,
+        ]
     from kmt.run_dir import RunDir
 
     run = RunDir(run_dir)
     evaluation = subprocess.run(
-        [sys.executable, "-m", "kmt.cli.evaluate", str(run.export), *texts,
-         "--hypotheses", str(hypotheses), "--json"],
-        capture_output=True, text=True,
+        [sys.executable, "-m", "kmt.cli.evaluate", str(run.export), *texts, "--hypotheses", str(hypotheses), "--json"],
+        capture_output=True,
+        text=True,
     )
     if evaluation.returncode:
         lines = evaluation.stderr.strip().splitlines() or [f"exit status {evaluation.returncode}"]
@@ -113,8 +146,9 @@ def main():
         "tokens_per_second": round(run_tokens_per_second(run_dir)),  # every epoch too
         "hardware": hardware(),
         "run_dir": str(run_dir),
-        "command": " ".join(["python bench/multi30k.py", direction, *(["--tok-data"] if tok_data else []),
-                             *user_overrides]),
+        "command": " ".join(
+            ["python bench/multi30k.py", direction, *(["--tok-data"] if tok_data else []), *user_overrides]
+        ),
         "anchor": ANCHORS[direction],
         "bleu_signature": scores["bleu_signature"],
         "data": "tok/ (lowercased, tokenized); sacreBLEU and chrF lowercased" if tok_data else "raw, cased",
@@ -122,8 +156,10 @@ def main():
     (run_dir / "bench.json").write_text(json.dumps(row, indent=2) + "\n")
     print("| direction | tok. BLEU | sacreBLEU | chrF | params | train min | tokens/s | hardware |")
     print("|---|---|---|---|---|---|---|---|")
-    print(f"| {row['direction']} | {row['tokenized_bleu']} | {row['sacrebleu']} | {row['chrf']} | "
-          f"{row['parameters'] / 1e6:.1f}M | {row['train_minutes']} | {row['tokens_per_second']} | {row['hardware']} |")
+    print(
+        f"| {row['direction']} | {row['tokenized_bleu']} | {row['sacrebleu']} | {row['chrf']} | "
+        f"{row['parameters'] / 1e6:.1f}M | {row['train_minutes']} | {row['tokens_per_second']} | {row['hardware']} |"
+    )
     if tok_data:
         print("(trained and tested on tok/; sacreBLEU and chrF are lowercased, on the detokenized output)")
     print(json.dumps(row))
@@ -151,8 +187,11 @@ def prepare_corpus(cfg, direction, tok_data):
     source, target = direction.split("_")
     files = [("test", source, tok_data), ("test", target, False), ("test", target, True)]
     if cfg.data.name == "multi30k":
-        files = [(split, lang, cfg.data.tokenized) for split in MULTI30K_SPLITS
-                 for lang in (cfg.data.source_lang, cfg.data.target_lang)] + files
+        files = [
+            (split, lang, cfg.data.tokenized)
+            for split in MULTI30K_SPLITS
+            for lang in (cfg.data.source_lang, cfg.data.target_lang)
+        ] + files
     for split, lang, tokenized in dict.fromkeys(files):
         absent = not multi30k_file(cfg.data.dir, split, lang, tokenized).exists()
         try:
@@ -228,8 +267,10 @@ def lowercased_detokenized_scores(hypotheses_path, raw_reference_path, lang):
     from sacremoses import MosesDetokenizer
 
     detokenizer = MosesDetokenizer(lang=lang)
-    detokenized = [detokenizer.detokenize(line.split())  # unescapes &apos; and the like
-                   for line in Path(hypotheses_path).read_text(encoding="utf-8").splitlines()]
+    detokenized = [
+        detokenizer.detokenize(line.split())  # unescapes &apos; and the like
+        for line in Path(hypotheses_path).read_text(encoding="utf-8").splitlines()
+    ]
     references = Path(raw_reference_path).read_text(encoding="utf-8").splitlines()
     bleu, chrf = BLEU(lowercase=True), CHRF(lowercase=True)
     return {

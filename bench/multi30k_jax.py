@@ -58,8 +58,12 @@ def parse_args(argv=None):
 def kmt(command, *args, capture=False, env=None):
     """`python -m kmt.cli.<command> args` (this repository on PYTHONPATH); its stdout if `capture`; exits on failure."""
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    result = subprocess.run([sys.executable, "-m", f"kmt.cli.{command}", *map(str, args)], text=True,
-                            capture_output=capture, env=os.environ | {"PYTHONPATH": path} | (env or {}))
+    result = subprocess.run(
+        [sys.executable, "-m", f"kmt.cli.{command}", *map(str, args)],
+        text=True,
+        capture_output=capture,
+        env=os.environ | {"PYTHONPATH": path} | (env or {}),
+    )
     if result.returncode:
         sys.stderr.write(result.stderr or "")
         sys.exit(result.returncode)
@@ -78,8 +82,15 @@ def train(args):
     if not (args.prepared / "meta.json").is_file() or not recorded.is_file():
         sys.exit(f"error: {args.prepared} is not a `prepare` directory (no meta.json and .hydra/overrides.yaml)")
     overrides = [o for o in OmegaConf.load(recorded) if not o.lstrip("+").startswith("hydra.")]
-    kmt("train", *overrides, "data=prepared", f"data.path={args.prepared.resolve()}", f"hydra.run.dir={args.out}",
-        *args.overrides, env={"KERAS_BACKEND": os.environ.get("KERAS_BACKEND", "jax")})
+    kmt(
+        "train",
+        *overrides,
+        "data=prepared",
+        f"data.path={args.prepared.resolve()}",
+        f"hydra.run.dir={args.out}",
+        *args.overrides,
+        env={"KERAS_BACKEND": os.environ.get("KERAS_BACKEND", "jax")},
+    )
 
     metrics = json.loads((args.out / "metrics.json").read_text())["train"]
     with open(args.out / "logs" / "history.csv", newline="", encoding="utf-8") as f:
@@ -88,17 +99,26 @@ def train(args):
     peak = next((flops for name, flops in PEAK_BF16 if name in kind), None)
     tokens = metrics["tokens_per_second"]
     figures = {
-        "hardware": f"1 x {kind} (JAX)", "precision": OmegaConf.load(args.out / "config.yaml").trainer.precision,
-        "parameters": metrics["parameters"], "epochs": metrics["epochs"], "tokens_per_second": round(tokens),
+        "hardware": f"1 x {kind} (JAX)",
+        "precision": OmegaConf.load(args.out / "config.yaml").trainer.precision,
+        "parameters": metrics["parameters"],
+        "epochs": metrics["epochs"],
+        "tokens_per_second": round(tokens),
         "first_epoch_seconds": round(seconds[0], 2),
         "epoch_seconds": round(statistics.median(seconds[1:] or seconds), 2),
         "mfu": round(6 * metrics["parameters"] * tokens / peak, 4) if peak else None,
     }
     (args.out / "bench.json").write_text(json.dumps(figures, indent=2) + "\n")
-    print(f"{figures['hardware']}, {figures['precision']}: {tokens:,.0f} target tokens/s after the first epoch; "
-          f"{figures['epoch_seconds']} s a later epoch (median), {figures['first_epoch_seconds']} s the first")
-    print(f"MFU {figures['mfu']:.1%} of {peak / 1e12:.0f} TFLOP/s dense bf16, at 6 x {metrics['parameters']:,} "
-          "parameters FLOPs per target token (an estimate)" if peak else f"MFU: no dense bf16 peak known for {kind!r}")
+    print(
+        f"{figures['hardware']}, {figures['precision']}: {tokens:,.0f} target tokens/s after the first epoch; "
+        f"{figures['epoch_seconds']} s a later epoch (median), {figures['first_epoch_seconds']} s the first"
+    )
+    print(
+        f"MFU {figures['mfu']:.1%} of {peak / 1e12:.0f} TFLOP/s dense bf16, at 6 x {metrics['parameters']:,} "
+        "parameters FLOPs per target token (an estimate)"
+        if peak
+        else f"MFU: no dense bf16 peak known for {kind!r}"
+    )
     print(json.dumps(figures))
 
 
@@ -116,26 +136,45 @@ def finish(args):
     corpus = Path(os.environ.get("KMT_DATA_DIR", "data")) / "multi30k"
     scores = {}
     for split in ("val", "test_2016_flickr"):
-        output = kmt("evaluate", run / "export", "--source", corpus / f"{split}.{source}",
-                     "--reference", corpus / f"{split}.{target}", "--lang", target,
-                     "--tokenized-reference", corpus / "tok" / f"{split}.lc.norm.tok.{target}",
-                     "--hypotheses", run / f"{split}.hyp.{target}", "--json", capture=True)
+        output = kmt(
+            "evaluate",
+            run / "export",
+            "--source",
+            corpus / f"{split}.{source}",
+            "--reference",
+            corpus / f"{split}.{target}",
+            "--lang",
+            target,
+            "--tokenized-reference",
+            corpus / "tok" / f"{split}.lc.norm.tok.{target}",
+            "--hypotheses",
+            run / f"{split}.hyp.{target}",
+            "--json",
+            capture=True,
+        )
         scores[split] = json.loads(output.strip().splitlines()[-1])
     val, test = scores["val"], scores["test_2016_flickr"]
     row = trained | {
-        "direction": f"{source}->{target}", "tokenized_bleu": round(test["tokenized_bleu"], 2),
-        "sacrebleu": round(test["bleu"], 2), "chrf": round(test["chrf"], 2), "val_sacrebleu": round(val["bleu"], 2),
-        "val_tokenized_bleu": round(val["tokenized_bleu"], 2), "val_chrf": round(val["chrf"], 2),
+        "direction": f"{source}->{target}",
+        "tokenized_bleu": round(test["tokenized_bleu"], 2),
+        "sacrebleu": round(test["bleu"], 2),
+        "chrf": round(test["chrf"], 2),
+        "val_sacrebleu": round(val["bleu"], 2),
+        "val_tokenized_bleu": round(val["tokenized_bleu"], 2),
+        "val_chrf": round(val["chrf"], 2),
         "train_minutes": round(json.loads((run / "metrics.json").read_text())["train"]["run_seconds"] / 60, 1),
-        "run_dir": str(run), "bleu_signature": test["bleu_signature"],
+        "run_dir": str(run),
+        "bleu_signature": test["bleu_signature"],
     }
     (run / "bench.json").write_text(json.dumps(row, indent=2) + "\n")
     print("| direction | tok. BLEU | sacreBLEU | chrF | params | train min | tokens/s | MFU | hardware |")
     print("|---|---|---|---|---|---|---|---|---|")
     mfu = f"{row['mfu']:.1%}" if row["mfu"] is not None else ""
-    print(f"| {row['direction']} | {row['tokenized_bleu']} | {row['sacrebleu']} | {row['chrf']} | "
-          f"{row['parameters']:,} | {row['train_minutes']} | {row['tokens_per_second']:,} | {mfu} | "
-          f"{row['hardware']} |")
+    print(
+        f"| {row['direction']} | {row['tokenized_bleu']} | {row['sacrebleu']} | {row['chrf']} | "
+        f"{row['parameters']:,} | {row['train_minutes']} | {row['tokens_per_second']:,} | {mfu} | "
+        f"{row['hardware']} |"
+    )
     print(f"val: sacreBLEU {row['val_sacrebleu']}, tokenized BLEU {row['val_tokenized_bleu']}, chrF {row['val_chrf']}")
     print(json.dumps(row))
 

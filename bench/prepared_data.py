@@ -59,15 +59,23 @@ MEMORY_TARGET_MB = 1000  # the issue's 1 GB
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--parts", default=",".join(PARTS),
-                        help=f"comma-separated, of {', '.join(PARTS)} (default: all)")
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)} (default: all)"
+    )
     parser.add_argument("--steps", type=int, default=0, help="throughput: batches a fit at most (default: 0, an epoch)")
     parser.add_argument("--repeats", type=int, default=2, help="throughput: timed rounds (default: 2)")
     parser.add_argument("--pairs", type=int, default=1_000_000, help="memory: synthetic pairs (default: 1,000,000)")
-    parser.add_argument("--vocabulary-sample", type=int, default=50_000,
-                        help="memory: pairs the reused vocabulary is trained on (default: 50,000)")
-    parser.add_argument("--train-vocabulary", action="store_true",
-                        help="memory: also prepare the whole corpus training its own vocabulary")
+    parser.add_argument(
+        "--vocabulary-sample",
+        type=int,
+        default=50_000,
+        help="memory: pairs the reused vocabulary is trained on (default: 50,000)",
+    )
+    parser.add_argument(
+        "--train-vocabulary",
+        action="store_true",
+        help="memory: also prepare the whole corpus training its own vocabulary",
+    )
     add_recipe_arguments(parser)
     args = parser.parse_args(argv)
     require_positive(parser, args, "repeats", "pairs", "vocabulary_sample")
@@ -80,6 +88,7 @@ def parse_args(argv=None):
 
 
 # ------------------------------------------------------------------------------------------------------ throughput
+
 
 def throughput(args, workdir):
     import keras
@@ -113,20 +122,32 @@ def throughput(args, workdir):
 
         def today():
             resegment = subword_sampler(vocabularies, alpha, c.seed) if alpha else None
-            return make_dataset(encoded, max_length, **batching, pad_to_bucket=c.data.pad_to_bucket, shuffle=True,
-                                seed=c.seed, repeat=True, resegment=resegment)
+            return make_dataset(
+                encoded,
+                max_length,
+                **batching,
+                pad_to_bucket=c.data.pad_to_bucket,
+                shuffle=True,
+                seed=c.seed,
+                repeat=True,
+                resegment=resegment,
+            )
 
         def batcher():
-            return Batcher(shards, max_length, **batching, fixed_shapes=c.data.pad_to_bucket, seed=c.seed,
-                           sampling=sampling)
+            return Batcher(
+                shards, max_length, **batching, fixed_shapes=c.data.pad_to_bucket, seed=c.seed, sampling=sampling
+            )
 
-        epoch_steps = {"today": count_batches(epoch, max_length, **batching, repeated=True),
-                       "prepared": batcher().steps_per_pass}
+        epoch_steps = {
+            "today": count_batches(epoch, max_length, **batching, repeated=True),
+            "prepared": batcher().steps_per_pass,
+        }
         steps = {name: min(args.steps, n) if args.steps else n for name, n in epoch_steps.items()}
         builds = {"today": today, "prepared": lambda: keras_data(batcher())}
-        tokens = {"today": sum(int(np.sum(y.numpy() != 0)) for _, y in today().take(steps["today"])),
-                  "prepared": sum(int(np.sum(y != 0)) for _, y in itertools.islice(batcher().stream(),
-                                                                                    steps["prepared"]))}
+        tokens = {
+            "today": sum(int(np.sum(y.numpy() != 0)) for _, y in today().take(steps["today"])),
+            "prepared": sum(int(np.sum(y != 0)) for _, y in itertools.islice(batcher().stream(), steps["prepared"])),
+        }
         if model is None:
             model = recipe_model(cfg, vocabularies, cfg.trainer.epochs * epoch_steps["prepared"])
             initial = model.get_weights()
@@ -143,22 +164,52 @@ def throughput(args, workdir):
         for round_ in range(args.repeats):
             for name in list(builds) if round_ % 2 == 0 else list(builds)[::-1]:
                 seconds[name].append(fit(name, steps[name]))
-                print(f"{variant}, round {round_ + 1}, {name}: {steps[name]} batches in {seconds[name][-1]:.1f} s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"{variant}, round {round_ + 1}, {name}: {steps[name]} batches in {seconds[name][-1]:.1f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
         speed = {name: tokens[name] / median(values) for name, values in seconds.items()}
         for name in builds:
-            rows.append({"variant": variant, "pipeline": name, "epoch_steps": epoch_steps[name], "steps": steps[name],
-                         "tokens": tokens[name], "seconds": median(seconds[name]), "tokens_per_second": speed[name],
-                         "ratio": speed[name] / speed["today"], "all_seconds": seconds[name]})
+            rows.append(
+                {
+                    "variant": variant,
+                    "pipeline": name,
+                    "epoch_steps": epoch_steps[name],
+                    "steps": steps[name],
+                    "tokens": tokens[name],
+                    "seconds": median(seconds[name]),
+                    "tokens_per_second": speed[name],
+                    "ratio": speed[name] / speed["today"],
+                    "all_seconds": seconds[name],
+                }
+            )
         report.append({"variant": variant, "ratio": speed["prepared"] / speed["today"]})
-    print(f"\nthroughput: {args.experiment} {' '.join(args.overrides)}: {len(shards):,} training pairs, "
-          f"{cfg.trainer.precision}, {model.count_params():,} parameters, medians of {args.repeats} rounds",
-          flush=True)
-    print_table(rows, [("variant", "stream"), ("pipeline", "pipeline"), ("epoch_steps", "batches an epoch"),
-                       ("steps", "batches a fit"), ("tokens", "target tokens a fit"), ("seconds", "s a fit"),
-                       ("tokens_per_second", "target tok/s"), ("ratio", "vs today")])
-    return {"training_pairs": len(shards), "precision": cfg.trainer.precision, "parameters": model.count_params(),
-            "rows": rows, "ratios": report}
+    print(
+        f"\nthroughput: {args.experiment} {' '.join(args.overrides)}: {len(shards):,} training pairs, "
+        f"{cfg.trainer.precision}, {model.count_params():,} parameters, medians of {args.repeats} rounds",
+        flush=True,
+    )
+    print_table(
+        rows,
+        [
+            ("variant", "stream"),
+            ("pipeline", "pipeline"),
+            ("epoch_steps", "batches an epoch"),
+            ("steps", "batches a fit"),
+            ("tokens", "target tokens a fit"),
+            ("seconds", "s a fit"),
+            ("tokens_per_second", "target tok/s"),
+            ("ratio", "vs today"),
+        ],
+    )
+    return {
+        "training_pairs": len(shards),
+        "precision": cfg.trainer.precision,
+        "parameters": model.count_params(),
+        "rows": rows,
+        "ratios": report,
+    }
 
 
 # ------------------------------------------------------------------------------------------ prepare and memory
@@ -176,14 +227,20 @@ def run_prepare(overrides, directory, log):
     """`python -m kmt.cli.prepare OVERRIDES hydra.run.dir=directory` with this checkout's kmt first on the path:
     `(wall seconds, peak resident MB, meta.json or None)`; `None` as `directory` runs `--help`, which only starts up.
     A failure ends the bench with the log's last line."""
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-                        "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = os.environ | {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
     arguments = ["--help"] if directory is None else [*overrides, f"hydra.run.dir={directory}"]
     peak_file = f"{log}.peak"
     started = time.perf_counter()
     with open(log, "w") as handle:
-        code = subprocess.call([sys.executable, "-c", LAUNCHER, peak_file, sys.executable, "-m", "kmt.cli.prepare",
-                                *arguments], stdout=handle, stderr=subprocess.STDOUT, env=env)
+        code = subprocess.call(
+            [sys.executable, "-c", LAUNCHER, peak_file, sys.executable, "-m", "kmt.cli.prepare", *arguments],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     seconds = time.perf_counter() - started
     if code:
         lines = Path(log).read_text().strip().splitlines() or ["(no output)"]
@@ -201,17 +258,34 @@ def sizes(directory):
 
 def prepare(args, workdir):
     directory = workdir / "prepare"
-    seconds, peak, meta = run_prepare([f"experiment={args.experiment}", *args.overrides], directory,
-                                      workdir / "prepare.log")
+    seconds, peak, meta = run_prepare(
+        [f"experiment={args.experiment}", *args.overrides], directory, workdir / "prepare.log"
+    )
     shard_bytes, all_bytes = sizes(directory)
-    row = {"pairs": ", ".join(f"{name} {entry['pairs']:,}" for name, entry in meta["splits"].items()),
-           "seconds": seconds, "encode_seconds": meta["seconds"], "peak_mb": peak, "shard_mib": shard_bytes / 2**20,
-           "directory_mib": all_bytes / 2**20, "shard_bytes": shard_bytes, "directory_bytes": all_bytes,
-           "id_dtype": meta["id_dtype"]}
+    row = {
+        "pairs": ", ".join(f"{name} {entry['pairs']:,}" for name, entry in meta["splits"].items()),
+        "seconds": seconds,
+        "encode_seconds": meta["seconds"],
+        "peak_mb": peak,
+        "shard_mib": shard_bytes / 2**20,
+        "directory_mib": all_bytes / 2**20,
+        "shard_bytes": shard_bytes,
+        "directory_bytes": all_bytes,
+        "id_dtype": meta["id_dtype"],
+    }
     print(f"\nprepare: python -m kmt.cli.prepare experiment={args.experiment} {' '.join(args.overrides)}", flush=True)
-    print_table([row], [("pairs", "pairs kept"), ("seconds", "wall s"), ("encode_seconds", "encoding and writing s"),
-                        ("peak_mb", "peak RSS MB"), ("shard_mib", "shards MiB"), ("directory_mib", "directory MiB"),
-                        ("id_dtype", "ids")])
+    print_table(
+        [row],
+        [
+            ("pairs", "pairs kept"),
+            ("seconds", "wall s"),
+            ("encode_seconds", "encoding and writing s"),
+            ("peak_mb", "peak RSS MB"),
+            ("shard_mib", "shards MiB"),
+            ("directory_mib", "directory MiB"),
+            ("id_dtype", "ids"),
+        ],
+    )
     return row
 
 
@@ -245,29 +319,66 @@ def memory(args, workdir):
         for path in (source, target):
             with open(path) as lines, open(f"{path}.{name}", "w") as out:
                 out.writelines(line for _, line in zip(range(count), lines))
+
     def files(split, suffix=""):
         return [f"data.{split}.source={source}{suffix}", f"data.{split}.target={target}{suffix}"]
 
     common = ["data=parallel", *files("val", ".val")]
-    runs = [("sample", "vocabulary sample", sample, "trained here", files("train", ".sample")),
-            ("whole", "whole corpus", args.pairs, "reused from the sample",
-             [*files("train"), f"data.vocabulary={workdir / 'sample'}"])]
+    runs = [
+        ("sample", "vocabulary sample", sample, "trained here", files("train", ".sample")),
+        (
+            "whole",
+            "whole corpus",
+            args.pairs,
+            "reused from the sample",
+            [*files("train"), f"data.vocabulary={workdir / 'sample'}"],
+        ),
+    ]
     if args.train_vocabulary:
         runs.append(("whole_trained", "whole corpus", args.pairs, "trained here", files("train")))
     seconds, peak, _ = run_prepare([], None, workdir / "startup.log")
-    rows = [{"corpus": "none (kmt-prepare --help: start-up only)", "pairs": 0, "vocabulary": "", "seconds": seconds,
-             "peak_mb": peak, "under_1_gb": "yes" if peak < MEMORY_TARGET_MB else "no"}]
+    rows = [
+        {
+            "corpus": "none (kmt-prepare --help: start-up only)",
+            "pairs": 0,
+            "vocabulary": "",
+            "seconds": seconds,
+            "peak_mb": peak,
+            "under_1_gb": "yes" if peak < MEMORY_TARGET_MB else "no",
+        }
+    ]
     for name, corpus, pairs, vocabulary, overrides in runs:
         seconds, peak, meta = run_prepare([*common, *overrides], workdir / name, workdir / f"{name}.log")
-        rows.append({"corpus": corpus, "pairs": pairs, "kept": meta["splits"]["train"]["pairs"],
-                     "vocabulary": vocabulary, "seconds": seconds, "peak_mb": peak,
-                     "under_1_gb": "yes" if peak < MEMORY_TARGET_MB else "no",
-                     "shard_mib": sizes(workdir / name)[0] / 2**20})
-        print(f"memory: {corpus}, vocabulary {vocabulary}: {seconds:.0f} s, peak {peak:,.0f} MB", file=sys.stderr,
-              flush=True)
+        rows.append(
+            {
+                "corpus": corpus,
+                "pairs": pairs,
+                "kept": meta["splits"]["train"]["pairs"],
+                "vocabulary": vocabulary,
+                "seconds": seconds,
+                "peak_mb": peak,
+                "under_1_gb": "yes" if peak < MEMORY_TARGET_MB else "no",
+                "shard_mib": sizes(workdir / name)[0] / 2**20,
+            }
+        )
+        print(
+            f"memory: {corpus}, vocabulary {vocabulary}: {seconds:.0f} s, peak {peak:,.0f} MB",
+            file=sys.stderr,
+            flush=True,
+        )
     print(f"\nmemory: data=parallel, {args.pairs:,} synthetic pairs, peak resident memory of kmt-prepare", flush=True)
-    print_table(rows, [("corpus", "corpus"), ("pairs", "pairs"), ("vocabulary", "vocabulary"), ("seconds", "wall s"),
-                       ("peak_mb", "peak RSS MB"), ("under_1_gb", "under 1 GB"), ("shard_mib", "shards MiB")])
+    print_table(
+        rows,
+        [
+            ("corpus", "corpus"),
+            ("pairs", "pairs"),
+            ("vocabulary", "vocabulary"),
+            ("seconds", "wall s"),
+            ("peak_mb", "peak RSS MB"),
+            ("under_1_gb", "under 1 GB"),
+            ("shard_mib", "shards MiB"),
+        ],
+    )
     return {"rows": rows}
 
 
@@ -279,8 +390,15 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="kmt_bench_prepared_") as workdir:
         for part in args.parts:
             results[part] = {"throughput": throughput, "prepare": prepare, "memory": memory}[part](args, Path(workdir))
-    print_json("prepared_data", experiment=args.experiment, overrides=args.overrides, steps=args.steps,
-               repeats=args.repeats, pairs=args.pairs, **results)
+    print_json(
+        "prepared_data",
+        experiment=args.experiment,
+        overrides=args.overrides,
+        steps=args.steps,
+        repeats=args.repeats,
+        pairs=args.pairs,
+        **results,
+    )
 
 
 if __name__ == "__main__":

@@ -42,8 +42,11 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=10, help="training steps profiled (default: 10)")
     parser.add_argument("--top", type=int, default=25, help="rows of each table (default: 25)")
-    parser.add_argument("--logdir", type=Path, help="where the profiler writes its trace (default: a temporary "
-                                                    "directory, removed afterwards)")
+    parser.add_argument(
+        "--logdir",
+        type=Path,
+        help="where the profiler writes its trace (default: a temporary directory, removed afterwards)",
+    )
     add_recipe_arguments(parser)
     args = parser.parse_args(argv)
     require_positive(parser, args, "steps", "top")
@@ -96,7 +99,6 @@ def main(argv=None):
     args = parse_args(argv)  # before TensorFlow is imported (seconds): --help and usage errors answer at once
     import tensorflow as tf
 
-
     cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)
     stream, tokens, total_steps = recipe_steps(cfg, train, args.steps)
     model = recipe_model(cfg, vocabularies, total_steps)
@@ -112,20 +114,36 @@ def main(argv=None):
         times = op_times(logdir, args.steps)
 
     total = sum(times.values())
-    print(f"{args.experiment}: {model.count_params():,} parameters, {cfg.trainer.precision}, {args.steps} steps of "
-          f"{tokens / args.steps:,.0f} target tokens; {1000 * plain / args.steps:,.0f} ms a step "
-          f"({1000 * profiled / args.steps:,.0f} under the profiler); op time {total:,.0f} ms a step", file=sys.stderr)
+    print(
+        f"{args.experiment}: {model.count_params():,} parameters, {cfg.trainer.precision}, {args.steps} steps of "
+        f"{tokens / args.steps:,.0f} target tokens; {1000 * plain / args.steps:,.0f} ms a step "
+        f"({1000 * profiled / args.steps:,.0f} under the profiler); op time {total:,.0f} ms a step",
+        file=sys.stderr,
+    )
     tables = {}
-    for title, key in (("op type", lambda name: name.rsplit(":", 1)[1]), ("scope", scope_of),
-                       ("op", lambda name: name.split("/", 1)[-1])):
-        rows = [{title: name, "ms/step": ms, "share": ms / total}
-                for name, ms in summed(times, key).most_common(args.top)]
+    for title, key in (
+        ("op type", lambda name: name.rsplit(":", 1)[1]),
+        ("scope", scope_of),
+        ("op", lambda name: name.split("/", 1)[-1]),
+    ):
+        rows = [
+            {title: name, "ms/step": ms, "share": ms / total} for name, ms in summed(times, key).most_common(args.top)
+        ]
         tables[title] = rows
         print_table(rows, [title, "ms/step", "share"])
-    print_json("profile_step", experiment=args.experiment, overrides=args.overrides, steps=args.steps,
-               precision=cfg.trainer.precision, parameters=model.count_params(),
-               target_tokens_per_step=tokens / args.steps, ms_per_step=1000 * plain / args.steps,
-               profiled_ms_per_step=1000 * profiled / args.steps, op_ms_per_step=total, tables=tables)
+    print_json(
+        "profile_step",
+        experiment=args.experiment,
+        overrides=args.overrides,
+        steps=args.steps,
+        precision=cfg.trainer.precision,
+        parameters=model.count_params(),
+        target_tokens_per_step=tokens / args.steps,
+        ms_per_step=1000 * plain / args.steps,
+        profiled_ms_per_step=1000 * profiled / args.steps,
+        op_ms_per_step=total,
+        tables=tables,
+    )
 
 
 if __name__ == "__main__":

@@ -56,13 +56,22 @@ def main(argv=None):
         fixed_shapes = cfg.data.pad_to_bucket or backend.resolve_jit_compile(cfg.trainer.jit_compile)
         samplings = {"best segmentation": None}
         if cfg.data.subword_sampling:
-            samplings[f"subword sampling (alpha {cfg.data.subword_sampling:g})"] = subword_sampling(cfg, train,
-                                                                                                   vocabularies)
+            samplings[f"subword sampling (alpha {cfg.data.subword_sampling:g})"] = subword_sampling(
+                cfg, train, vocabularies
+            )
         print(f"{args.experiment}: {len(train):,} training pairs", file=sys.stderr)
 
         def batcher(sampling):
-            return Batcher(train, cfg.model.max_length, cfg.data.max_tokens, cfg.data.batch_size,
-                           cfg.data.bucket_width, fixed_shapes, seed=cfg.seed, sampling=sampling)
+            return Batcher(
+                train,
+                cfg.model.max_length,
+                cfg.data.max_tokens,
+                cfg.data.batch_size,
+                cfg.data.bucket_width,
+                fixed_shapes,
+                seed=cfg.seed,
+                sampling=sampling,
+            )
 
         def skip_seconds(sampling):
             """`(fill, skip, steps)`: the seconds a fresh Batcher's plan takes to its first batch (filling its shuffle
@@ -84,18 +93,38 @@ def main(argv=None):
                 filled, skipped, batches[name] = skip_seconds(samplings[name])
                 fill[name].append(filled)
                 seconds[name].append(skipped / args.epochs)
-                print(f"round {round_ + 1}, {name}: {seconds[name][-1]:.3f} s to skip an epoch of {batches[name]} "
-                      f"batches ({filled:.3f} s to the first batch)", file=sys.stderr, flush=True)
-    rows = [{"stream": name, "batches_per_epoch": batches[name], "epochs": args.epochs * args.repeats,
-             "first_batch_seconds": median(fill[name]), "seconds_per_epoch": median(values),
-             "seconds_after_30_epochs": 30 * median(values), "seconds": values}
-            for name, values in seconds.items()]
-    print_table(rows, [("stream", "training stream"), ("batches_per_epoch", "batches an epoch"),
-                       ("epochs", "epochs skipped"), ("first_batch_seconds", "s to the first batch (any run)"),
-                       ("seconds_per_epoch", "s an epoch (median)"),
-                       ("seconds_after_30_epochs", "added to a resume after 30 epochs, s")])
-    print_json("resume_stream", experiment=args.experiment, overrides=args.overrides, training_pairs=len(train),
-               rows=rows)
+                print(
+                    f"round {round_ + 1}, {name}: {seconds[name][-1]:.3f} s to skip an epoch of {batches[name]} "
+                    f"batches ({filled:.3f} s to the first batch)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    rows = [
+        {
+            "stream": name,
+            "batches_per_epoch": batches[name],
+            "epochs": args.epochs * args.repeats,
+            "first_batch_seconds": median(fill[name]),
+            "seconds_per_epoch": median(values),
+            "seconds_after_30_epochs": 30 * median(values),
+            "seconds": values,
+        }
+        for name, values in seconds.items()
+    ]
+    print_table(
+        rows,
+        [
+            ("stream", "training stream"),
+            ("batches_per_epoch", "batches an epoch"),
+            ("epochs", "epochs skipped"),
+            ("first_batch_seconds", "s to the first batch (any run)"),
+            ("seconds_per_epoch", "s an epoch (median)"),
+            ("seconds_after_30_epochs", "added to a resume after 30 epochs, s"),
+        ],
+    )
+    print_json(
+        "resume_stream", experiment=args.experiment, overrides=args.overrides, training_pairs=len(train), rows=rows
+    )
 
 
 if __name__ == "__main__":

@@ -54,19 +54,29 @@ MODES = {"batching": [], "no batching": ["--no-batching"]}
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run_dir", nargs="?", help="a kmt-train run directory, served from its export/ (default: "
-                                                   "train the default dates model into a temporary directory)")
+    parser.add_argument(
+        "run_dir",
+        nargs="?",
+        help="a kmt-train run directory, served from its export/ (default: "
+        "train the default dates model into a temporary directory)",
+    )
     parser.add_argument("--export", help="serve this export directory instead of a run's")
     parser.add_argument("--clients", default="1,8,32", help="comma-separated client counts (default: 1,8,32)")
     parser.add_argument("--requests", type=int, default=300, help="most requests a row sends (default: 300)")
     parser.add_argument("--max-seconds", type=float, default=30.0, help="most seconds a row runs (default: 30)")
     parser.add_argument("--max-batch-size", type=int, default=32, help="kmt-serve --max-batch-size (default: 32)")
-    parser.add_argument("--batch-timeout-ms", type=float, default=5.0,
-                        help="kmt-serve --batch-timeout-ms (default: 5)")
-    parser.add_argument("--hostile", action="store_true",
-                        help="good clients alone, then beside poison, nested, stalled and disconnecting ones")
-    parser.add_argument("--hostile-interval-ms", type=float, default=100.0,
-                        help="with --hostile: each hostile client's wait between requests (default: 100)")
+    parser.add_argument("--batch-timeout-ms", type=float, default=5.0, help="kmt-serve --batch-timeout-ms (default: 5)")
+    parser.add_argument(
+        "--hostile",
+        action="store_true",
+        help="good clients alone, then beside poison, nested, stalled and disconnecting ones",
+    )
+    parser.add_argument(
+        "--hostile-interval-ms",
+        type=float,
+        default=100.0,
+        help="with --hostile: each hostile client's wait between requests (default: 100)",
+    )
     args = parser.parse_args(argv)
     try:
         args.clients = [int(c) for c in args.clients.split(",")]
@@ -80,8 +90,11 @@ def parse_args(argv=None):
 def train_dates(directory):
     """`kmt-train` with the default config (the dates task) into `directory`; returns its export."""
     print(f"training the default dates model into {directory} ...", file=sys.stderr)
-    subprocess.run([sys.executable, "-m", "kmt.cli.train", f"hydra.run.dir={directory}"], check=True,
-                   env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"})
+    subprocess.run(
+        [sys.executable, "-m", "kmt.cli.train", f"hydra.run.dir={directory}"],
+        check=True,
+        env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     return Path(directory) / "export"
 
 
@@ -91,8 +104,11 @@ class Server:
     def __init__(self, export, flags, timeout=180):
         self.process = subprocess.Popen(
             [sys.executable, "-m", "kmt.cli.serve", str(export), "--port", "0", "--max-queue", "4096", *flags],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-            env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"})
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"},
+        )
         self.port = None
         threading.Thread(target=self._read, daemon=True).start()
         deadline = time.monotonic() + timeout
@@ -145,8 +161,9 @@ def load(port, sentences, clients, requests, max_seconds, answers=None):
             sentence = sentences[(index * 7 + number) % len(sentences)]
             started = time.perf_counter()
             try:
-                connection.request("POST", "/translate", json.dumps({"text": [sentence]}),
-                                   {"Content-Type": "application/json"})
+                connection.request(
+                    "POST", "/translate", json.dumps({"text": [sentence]}), {"Content-Type": "application/json"}
+                )
                 response = connection.getresponse()
                 body = response.read()
                 ok = response.status == 200
@@ -175,14 +192,19 @@ MIXES = {"alone": False, "beside hostile clients": True}  # whether the hostile 
 def hostile_client(kind, port, interval_s, stop, statuses):
     """One hostile client of `kind`, a request every `interval_s` until `stop` is set; counts the statuses it gets
     in `statuses[kind]` ("closed" when the server closed the connection without an answer)."""
-    bodies = {"poison": b'{"text": ["\\ud800 May 1971"]}', "nested": b"[" * 100_000 + b"]" * 100_000,
-              "disconnecting": b'{"text": ["Tuesday, March 5, 1996"]}'}
+    bodies = {
+        "poison": b'{"text": ["\\ud800 May 1971"]}',
+        "nested": b"[" * 100_000 + b"]" * 100_000,
+        "disconnecting": b'{"text": ["Tuesday, March 5, 1996"]}',
+    }
     while not stop.wait(interval_s):
         with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
             body = bodies.get(kind, b'{"text"')
             length = 100 if kind == "stalled" else len(body)
-            connection.sendall(b"POST /translate HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-                               b"Content-Length: %d\r\n\r\n%s" % (length, body))
+            connection.sendall(
+                b"POST /translate HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (length, body)
+            )
             if kind == "disconnecting":
                 statuses[kind]["sent, gone"] += 1
                 continue
@@ -195,8 +217,11 @@ def hostile_clients(port, interval_s, stop, results):
     """Every `HOSTILE` client, on threads of this process (another than the good clients', as other machines would
     be), until `stop` is set; then puts {kind: {status: count}} on `results`."""
     statuses = collections.defaultdict(collections.Counter)
-    threads = [threading.Thread(target=hostile_client, args=(kind, port, interval_s, stop, statuses))
-               for kind, count in HOSTILE.items() for _ in range(count)]
+    threads = [
+        threading.Thread(target=hostile_client, args=(kind, port, interval_s, stop, statuses))
+        for kind, count in HOSTILE.items()
+        for _ in range(count)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -214,17 +239,21 @@ def hostile(args, export, sentences):
             load(server.port, [sentence], 1, 1, 60, answers := [])
             serial[sentence] = answers[0][1:]
         load(server.port, sentences, clients, 2 * clients, args.max_seconds)  # untimed
-        runs = {mode: {"latencies": [], "failures": 0, "answers": [], "seconds": 0.0,
-                       "statuses": collections.Counter()} for mode in MIXES}
+        runs = {
+            mode: {"latencies": [], "failures": 0, "answers": [], "seconds": 0.0, "statuses": collections.Counter()}
+            for mode in MIXES
+        }
         for mode in list(MIXES) * 2:  # in turns, so that a drift in the machine's load falls on both
             run, context = runs[mode], multiprocessing.get_context("spawn")
             stop, results = context.Event(), context.Queue()
-            process = context.Process(target=hostile_clients, args=(server.port, args.hostile_interval_ms / 1000,
-                                                                    stop, results))
+            process = context.Process(
+                target=hostile_clients, args=(server.port, args.hostile_interval_ms / 1000, stop, results)
+            )
             if MIXES[mode]:
                 process.start()
-            latencies, failures, seconds = load(server.port, sentences, clients, 10**9, args.max_seconds / 2,
-                                                run["answers"])
+            latencies, failures, seconds = load(
+                server.port, sentences, clients, 10**9, args.max_seconds / 2, run["answers"]
+            )
             run["latencies"] += latencies
             run["failures"] += failures
             run["seconds"] += seconds
@@ -235,22 +264,40 @@ def hostile(args, export, sentences):
                 process.join()
         for mode, run in runs.items():
             latencies = run["latencies"]
-            same = sum(serial[sentence][0] == translation and math.isclose(serial[sentence][1], score, rel_tol=1e-5)
-                       for sentence, translation, score in run["answers"])
-            rows.append({"good clients": clients, "mode": mode, "sent": len(latencies) + run["failures"],
-                         "answered": len(latencies), "as serial": same, "requests/s": len(latencies) / run["seconds"],
-                         "p50 ms": 1000 * percentile(latencies, 50), "p95 ms": 1000 * percentile(latencies, 95),
-                         "hostile": dict(run["statuses"])})
+            same = sum(
+                serial[sentence][0] == translation and math.isclose(serial[sentence][1], score, rel_tol=1e-5)
+                for sentence, translation, score in run["answers"]
+            )
+            rows.append(
+                {
+                    "good clients": clients,
+                    "mode": mode,
+                    "sent": len(latencies) + run["failures"],
+                    "answered": len(latencies),
+                    "as serial": same,
+                    "requests/s": len(latencies) / run["seconds"],
+                    "p50 ms": 1000 * percentile(latencies, 50),
+                    "p95 ms": 1000 * percentile(latencies, 95),
+                    "hostile": dict(run["statuses"]),
+                }
+            )
         rows[1]["p95 x"] = rows[1]["p95 ms"] / rows[0]["p95 ms"]
     finally:
         code = server.stop()
     print(f"kmt-serve's good clients alone and beside hostile ones, {export}, on {hardware()}")
-    print_table(rows, ["good clients", "mode", "sent", "answered", "as serial", "requests/s", "p50 ms", "p95 ms",
-                       "p95 x"])
+    print_table(
+        rows, ["good clients", "mode", "sent", "answered", "as serial", "requests/s", "p50 ms", "p95 ms", "p95 x"]
+    )
     for row in rows[1:]:
         print(f"hostile requests by kind and status: {row['hostile']}")
-    print_json("serve_load_hostile", export=str(export), hostile_clients=HOSTILE,
-               hostile_interval_ms=args.hostile_interval_ms, rows=rows, exit_code=code)
+    print_json(
+        "serve_load_hostile",
+        export=str(export),
+        hostile_clients=HOSTILE,
+        hostile_interval_ms=args.hostile_interval_ms,
+        rows=rows,
+        exit_code=code,
+    )
 
 
 def main(argv=None):
@@ -260,8 +307,11 @@ def main(argv=None):
 
     sentences = [source for source, _ in generate_date_pairs(1000, seed=4242)]
     with tempfile.TemporaryDirectory(prefix="serve_load_") as scratch:
-        export = Path(args.export) if args.export else (
-            Path(args.run_dir) / "export" if args.run_dir else train_dates(Path(scratch) / "dates"))
+        export = (
+            Path(args.export)
+            if args.export
+            else (Path(args.run_dir) / "export" if args.run_dir else train_dates(Path(scratch) / "dates"))
+        )
         if args.hostile:
             return hostile(args, export, sentences[:64])
         batching = ["--max-batch-size", str(args.max_batch_size), "--batch-timeout-ms", str(args.batch_timeout_ms)]
@@ -273,14 +323,22 @@ def main(argv=None):
                     server = servers[mode]
                     load(server.port, sentences, clients, 2 * clients, args.max_seconds)  # untimed
                     before = server.batches()
-                    latencies, failures, seconds = load(server.port, sentences, clients, args.requests,
-                                                        args.max_seconds)
+                    latencies, failures, seconds = load(
+                        server.port, sentences, clients, args.requests, args.max_seconds
+                    )
                     batches, decoded = (after - first for after, first in zip(server.batches(), before))
-                    rows.append({"clients": clients, "mode": mode, "requests": len(latencies),
-                                 "requests/s": len(latencies) / seconds,
-                                 "p50 ms": 1000 * percentile(latencies, 50) if latencies else float("nan"),
-                                 "p95 ms": 1000 * percentile(latencies, 95) if latencies else float("nan"),
-                                 "mean batch": decoded / max(batches, 1), "failed": failures})
+                    rows.append(
+                        {
+                            "clients": clients,
+                            "mode": mode,
+                            "requests": len(latencies),
+                            "requests/s": len(latencies) / seconds,
+                            "p50 ms": 1000 * percentile(latencies, 50) if latencies else float("nan"),
+                            "p95 ms": 1000 * percentile(latencies, 95) if latencies else float("nan"),
+                            "mean batch": decoded / max(batches, 1),
+                            "failed": failures,
+                        }
+                    )
                 order = order[1:] + order[:1]
         finally:
             codes = {mode: server.stop() for mode, server in servers.items()}
@@ -288,10 +346,17 @@ def main(argv=None):
         on, off = (next(r for r in rows if r["clients"] == clients and r["mode"] == mode) for mode in MODES)
         on["speed-up"] = on["requests/s"] / off["requests/s"] if off["requests/s"] else float("nan")
     print(f"kmt-serve under load over loopback, {export}, on {hardware()}")
-    print_table(rows, ["clients", "mode", "requests", "requests/s", "p50 ms", "p95 ms", "mean batch", "failed",
-                       "speed-up"])
-    print_json("serve_load", export=str(export), max_batch_size=args.max_batch_size,
-               batch_timeout_ms=args.batch_timeout_ms, rows=rows, exit_codes=codes)
+    print_table(
+        rows, ["clients", "mode", "requests", "requests/s", "p50 ms", "p95 ms", "mean batch", "failed", "speed-up"]
+    )
+    print_json(
+        "serve_load",
+        export=str(export),
+        max_batch_size=args.max_batch_size,
+        batch_timeout_ms=args.batch_timeout_ms,
+        rows=rows,
+        exit_codes=codes,
+    )
 
 
 if __name__ == "__main__":

@@ -37,9 +37,13 @@ BASE = "base"
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variant", action="append", required=True, metavar="NAME:KEY=VALUE,...",
-                        help="a variant of the base config: its name, then dotted overrides separated by commas "
-                             "(repeatable)")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        required=True,
+        metavar="NAME:KEY=VALUE,...",
+        help="a variant of the base config: its name, then dotted overrides separated by commas (repeatable)",
+    )
     parser.add_argument("--steps", type=int, default=20, help="training steps timed per model and round (default: 20)")
     parser.add_argument("--repeats", type=int, default=6, help="timed rounds (default: 6)")
     add_recipe_arguments(parser)
@@ -80,22 +84,48 @@ def main(argv=None):
     configs = variant_configs(cfg, args.variant)
     stream, tokens, total_steps = recipe_steps(cfg, train, args.steps)
     models = {name: recipe_model(config, vocabularies, total_steps) for name, config in configs.items()}
-    print(f"{args.experiment}: {len(models)} models, {args.steps} steps of {tokens / args.steps:,.0f} target tokens a "
-          f"model and round", file=sys.stderr)
+    print(
+        f"{args.experiment}: {len(models)} models, {args.steps} steps of {tokens / args.steps:,.0f} target tokens a "
+        f"model and round",
+        file=sys.stderr,
+    )
     seconds = fits_side_by_side(models, stream, args.steps, args.repeats)
     rows = []
     for (name, times), spec in zip(seconds.items(), [""] + [spec.partition(":")[2] for spec in args.variant]):
         step = median(times) / args.steps
-        rows.append({"variant": name, "overrides": spec, "parameters": models[name].count_params(),
-                     "precision": configs[name].trainer.precision, "ms_per_step": 1000 * step,
-                     "tokens_per_second": tokens / args.steps / step,
-                     "ms_per_step_rounds": [1000 * t / args.steps for t in times]})
+        rows.append(
+            {
+                "variant": name,
+                "overrides": spec,
+                "parameters": models[name].count_params(),
+                "precision": configs[name].trainer.precision,
+                "ms_per_step": 1000 * step,
+                "tokens_per_second": tokens / args.steps / step,
+                "ms_per_step_rounds": [1000 * t / args.steps for t in times],
+            }
+        )
     for row in rows:
         row["step_vs_base"] = row["ms_per_step"] / rows[0]["ms_per_step"]
-    print_table(rows, ["variant", "overrides", "parameters", "precision", ("ms_per_step", "ms/step"),
-                       ("tokens_per_second", "target tok/s"), ("step_vs_base", "step / base step")])
-    print_json("step_variants", experiment=args.experiment, overrides=args.overrides, steps=args.steps,
-               repeats=args.repeats, rows=rows)
+    print_table(
+        rows,
+        [
+            "variant",
+            "overrides",
+            "parameters",
+            "precision",
+            ("ms_per_step", "ms/step"),
+            ("tokens_per_second", "target tok/s"),
+            ("step_vs_base", "step / base step"),
+        ],
+    )
+    print_json(
+        "step_variants",
+        experiment=args.experiment,
+        overrides=args.overrides,
+        steps=args.steps,
+        repeats=args.repeats,
+        rows=rows,
+    )
 
 
 if __name__ == "__main__":

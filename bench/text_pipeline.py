@@ -74,7 +74,12 @@ def encode_split(name, text, vocabularies, max_length):
     if any(dropped.values()):
         logger.info(
             "%s: kept %d of %d pairs (dropped %d empty, %d longer than %d tokens)",
-            name, int(keep.sum()), len(pairs), dropped["empty"], dropped["too_long"], max_length,
+            name,
+            int(keep.sum()),
+            len(pairs),
+            dropped["empty"],
+            dropped["too_long"],
+            max_length,
         )
     else:
         logger.info("%s: %d pairs", name, len(pairs))
@@ -119,8 +124,19 @@ def _to_example(source, target):
     return features, tf.concat([target, end], axis=0)  # (T,)
 
 
-def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, seed=None, repeat=False,
-                 pad_to_bucket=False, bucket_width=0, resegment=None, skip=0):
+def make_dataset(
+    split,
+    max_length,
+    max_tokens=0,
+    batch_size=64,
+    shuffle=False,
+    seed=None,
+    repeat=False,
+    pad_to_bucket=False,
+    bucket_width=0,
+    resegment=None,
+    skip=0,
+):
     """A tf.data pipeline of padded, length-bucketed batches over an `EncodedSplit`.
 
     Args:
@@ -156,8 +172,10 @@ def make_dataset(split, max_length, max_tokens=0, batch_size=64, shuffle=False, 
     if repeat:
         dataset = dataset.repeat()
     if resegment is not None:
-        dataset = dataset.batch(RESEGMENT_CHUNK).enumerate().map(
-            lambda chunk, texts: resegment(chunk, *texts), num_parallel_calls=tf.data.AUTOTUNE
+        dataset = (
+            dataset.batch(RESEGMENT_CHUNK)
+            .enumerate()
+            .map(lambda chunk, texts: resegment(chunk, *texts), num_parallel_calls=tf.data.AUTOTUNE)
         )
         dataset = dataset.unbatch().filter(lambda source, target: _fits(tf.size(source), tf.size(target), max_length))
     dataset = dataset.map(_to_example, num_parallel_calls=tf.data.AUTOTUNE)
@@ -193,4 +211,3 @@ def count_batches(split, max_length, max_tokens=0, batch_size=64, bucket_width=0
     edges, sizes = bucket_sizes(max_length, max_tokens, batch_size, bucket_width)
     lengths = bucket_lengths(split.source.row_lengths().numpy(), split.target.row_lengths().numpy())
     return batches_per_pass(bucket_of(lengths, edges), sizes, repeated)
-

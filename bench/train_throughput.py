@@ -47,34 +47,53 @@ MATMUL_REPEATS = 5
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--preset",
+        choices=PRESETS,
+        default="small",
+        help="small: d=256, 3+3 layers, 4 heads, ffn 1024; base: d=512, 6+6, 8 heads, ffn 2048 (default: small)",
     )
-    parser.add_argument("--preset", choices=PRESETS, default="small",
-                        help="small: d=256, 3+3 layers, 4 heads, ffn 1024; base: d=512, 6+6, 8 heads, ffn 2048 "
-                             "(default: small)")
     parser.add_argument("--vocab", type=int, default=8000, help="vocabulary size V (default: 8000)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch B (default: 64)")
-    parser.add_argument("--length", type=int, default=32,
-                        help="source and target length S = T in tokens, no padding (default: 32)")
+    parser.add_argument(
+        "--length", type=int, default=32, help="source and target length S = T in tokens, no padding (default: 32)"
+    )
     parser.add_argument("--steps", type=int, default=30, help="training steps per timed epoch (default: 30)")
-    parser.add_argument("--warmup", type=int, default=3,
-                        help="steps of the untimed warm-up epoch that traces and compiles (default: 3)")
+    parser.add_argument(
+        "--warmup", type=int, default=3, help="steps of the untimed warm-up epoch that traces and compiles (default: 3)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="timed epochs per framework (default: 3)")
-    parser.add_argument("--frameworks", default=",".join(FRAMEWORKS),
-                        help=f"comma-separated subset of {','.join(FRAMEWORKS)} (default: all)")
-    parser.add_argument("--precision", choices=("float32", "mixed_bfloat16"), default="float32",
-                        help="Keras dtype policy; torch runs under autocast(bfloat16) when mixed (default: float32)")
-    parser.add_argument("--jit-compile", action="store_true",
-                        help="XLA-compile the Keras train steps (kmt's trainer.jit_compile). Always on under "
-                             "KERAS_BACKEND=jax, where without it fit runs op by op")
-    parser.add_argument("--kmt-variants", default="",
-                        help=f"comma-separated kmt variants to time beside plain kmt, of {','.join(KMT_VARIANTS)}: "
-                             "XLA-compiled train step, mixed_bfloat16 policy, both, no perplexity metric, or "
-                             "the LSTM baseline (default: none)")
-    parser.add_argument("--peak-tflops", type=float, default=None,
-                        help="MFU against this peak instead of the measured float32 matmul peak, "
-                             "e.g. 990 for an H100's dense bfloat16")
+    parser.add_argument(
+        "--frameworks",
+        default=",".join(FRAMEWORKS),
+        help=f"comma-separated subset of {','.join(FRAMEWORKS)} (default: all)",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=("float32", "mixed_bfloat16"),
+        default="float32",
+        help="Keras dtype policy; torch runs under autocast(bfloat16) when mixed (default: float32)",
+    )
+    parser.add_argument(
+        "--jit-compile",
+        action="store_true",
+        help="XLA-compile the Keras train steps (kmt's trainer.jit_compile). Always on under "
+        "KERAS_BACKEND=jax, where without it fit runs op by op",
+    )
+    parser.add_argument(
+        "--kmt-variants",
+        default="",
+        help=f"comma-separated kmt variants to time beside plain kmt, of {','.join(KMT_VARIANTS)}: "
+        "XLA-compiled train step, mixed_bfloat16 policy, both, no perplexity metric, or "
+        "the LSTM baseline (default: none)",
+    )
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="MFU against this peak instead of the measured float32 matmul peak, e.g. 990 for an H100's dense bfloat16",
+    )
     parser.add_argument("--dropout", type=float, default=0.1, help="dropout rate P_drop (default: 0.1)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic ids and the weights (default: 0)")
     args = parser.parse_args(argv)
@@ -237,21 +256,38 @@ def build_runners(args, sizes, batches):
             switches = variant.split("+")
             if variant == "lstm":
                 keras.config.set_dtype_policy(args.precision)
-                model = LSTM(args.vocab, num_layers=LSTM_LAYERS, hidden_dim=sizes["hidden_dim"],
-                             dropout=args.dropout, max_length=max_length, name="kmt_lstm")
-                flops = lstm_flops(args.batch_size, args.length, args.length, LSTM_LAYERS, sizes["hidden_dim"],
-                                   args.vocab)
-                runners.append(keras_runner("kmt+lstm", model, data, sizes["hidden_dim"], args.jit_compile,
-                                            tied=True, flops=flops))
+                model = LSTM(
+                    args.vocab,
+                    num_layers=LSTM_LAYERS,
+                    hidden_dim=sizes["hidden_dim"],
+                    dropout=args.dropout,
+                    max_length=max_length,
+                    name="kmt_lstm",
+                )
+                flops = lstm_flops(
+                    args.batch_size, args.length, args.length, LSTM_LAYERS, sizes["hidden_dim"], args.vocab
+                )
+                runners.append(
+                    keras_runner("kmt+lstm", model, data, sizes["hidden_dim"], args.jit_compile, tied=True, flops=flops)
+                )
                 continue
             keras.config.set_dtype_policy("mixed_bfloat16" if "bf16" in switches else args.precision)
             # Attention-weight dropout as in the references; no dropout after the feed-forward ReLU, as in keras-hub.
-            model = Transformer(args.vocab, **sizes, dropout=args.dropout, attention_dropout=args.dropout,
-                                max_length=max_length, name="kmt_transformer")
+            model = Transformer(
+                args.vocab,
+                **sizes,
+                dropout=args.dropout,
+                attention_dropout=args.dropout,
+                max_length=max_length,
+                name="kmt_transformer",
+            )
             name = f"kmt+{variant}" if variant else "kmt"
             jit_compile = args.jit_compile or "xla" in switches
-            runners.append(keras_runner(name, model, data, sizes["hidden_dim"], jit_compile, tied=True,
-                                        perplexity="noppl" not in switches))
+            runners.append(
+                keras_runner(
+                    name, model, data, sizes["hidden_dim"], jit_compile, tied=True, perplexity="noppl" not in switches
+                )
+            )
         keras.config.set_dtype_policy(args.precision)
     if "keras_hub" in args.frameworks:
         from keras_hub_transformer import build_keras_hub_transformer
@@ -270,11 +306,21 @@ def build_runners(args, sizes, batches):
         torch.set_num_threads(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
         model = torch_transformer.TorchTransformer(args.vocab, **sizes, dropout=args.dropout, max_length=max_length)
         trainer = torch_transformer.TorchTrainer(
-            model, batches, sizes["hidden_dim"], warmup_steps=WARMUP_STEPS, label_smoothing=LABEL_SMOOTHING,
+            model,
+            batches,
+            sizes["hidden_dim"],
+            warmup_steps=WARMUP_STEPS,
+            label_smoothing=LABEL_SMOOTHING,
             bfloat16=args.precision == "mixed_bfloat16",
         )
-        runners.append(Runner("torch", lambda steps: timed(trainer.epoch, steps)[1],
-                              torch_transformer.count_parameters(model), tied=False))
+        runners.append(
+            Runner(
+                "torch",
+                lambda steps: timed(trainer.epoch, steps)[1],
+                torch_transformer.count_parameters(model),
+                tied=False,
+            )
+        )
     return runners
 
 
@@ -346,7 +392,6 @@ def main(argv=None):
     args = parse_args(argv)  # before Keras imports TensorFlow (seconds): --help and usage errors answer at once
     import keras
 
-
     args.jit_compile = args.jit_compile or keras.backend.backend() == "jax"
     sizes = PRESETS[args.preset]
     batches = synthetic_batches(max(args.steps, args.warmup), args.batch_size, args.length, args.vocab, args.seed)
@@ -359,8 +404,15 @@ def main(argv=None):
     peak_source = "--peak-tflops" if args.peak_tflops else f"float32 matmul {MATMUL_SIZE}x{MATMUL_SIZE}, {best}"
     seconds = time_epochs(runners, args.steps, args.warmup, args.repeats)
 
-    flops = training_flops(args.batch_size, args.length, args.length, sizes["num_layers"], sizes["hidden_dim"],
-                           sizes["intermediate_dim"], args.vocab)
+    flops = training_flops(
+        args.batch_size,
+        args.length,
+        args.length,
+        sizes["num_layers"],
+        sizes["hidden_dim"],
+        sizes["intermediate_dim"],
+        args.vocab,
+    )
     results = {}
     for runner in runners:
         step_seconds = median(seconds[runner.name]) / args.steps
@@ -376,31 +428,67 @@ def main(argv=None):
             "epoch_seconds": seconds[runner.name],
         }
     kmt = results.get("kmt")
-    ratios = {f"kmt/{name}": kmt["tokens_per_second"] / result["tokens_per_second"]
-              for name, result in results.items() if kmt and name != "kmt"}
+    ratios = {
+        f"kmt/{name}": kmt["tokens_per_second"] / result["tokens_per_second"]
+        for name, result in results.items()
+        if kmt and name != "kmt"
+    }
 
-    print(f"\ntrain_throughput: preset {args.preset} (d={sizes['hidden_dim']}, {sizes['num_layers']}+"
-          f"{sizes['num_layers']} layers, {sizes['num_heads']} heads, ffn {sizes['intermediate_dim']}, "
-          f"vocab {args.vocab}), batch {args.batch_size}x"
-          f"{args.length}, {args.steps} steps x {args.repeats} repeats; Keras backend {keras.backend.backend()}, "
-          f"{args.precision}, jit_compile={args.jit_compile}; device {device_name()}")
+    print(
+        f"\ntrain_throughput: preset {args.preset} (d={sizes['hidden_dim']}, {sizes['num_layers']}+"
+        f"{sizes['num_layers']} layers, {sizes['num_heads']} heads, ffn {sizes['intermediate_dim']}, "
+        f"vocab {args.vocab}), batch {args.batch_size}x"
+        f"{args.length}, {args.steps} steps x {args.repeats} repeats; Keras backend {keras.backend.backend()}, "
+        f"{args.precision}, jit_compile={args.jit_compile}; device {device_name()}"
+    )
     measured = "".join(f"; {name} measured {value:.3g}" for name, value in peaks.items())
-    print(f"peak {peak:.3g} TFLOP/s ({peak_source}{measured}); training FLOPs a step (3 x forward): "
-          f"{flops / 1e9:.3g} GFLOP\n")
+    print(
+        f"peak {peak:.3g} TFLOP/s ({peak_source}{measured}); training FLOPs a step (3 x forward): "
+        f"{flops / 1e9:.3g} GFLOP\n"
+    )
     rows = [
-        {**result, "framework": name, "mfu": f"{100 * result['mfu']:.1f}%",
-         "ratio": f"{ratios[f'kmt/{name}']:.2f}" if f"kmt/{name}" in ratios else "1.00" if name == "kmt" else ""}
+        {
+            **result,
+            "framework": name,
+            "mfu": f"{100 * result['mfu']:.1f}%",
+            "ratio": f"{ratios[f'kmt/{name}']:.2f}" if f"kmt/{name}" in ratios else "1.00" if name == "kmt" else "",
+        }
         for name, result in results.items()
     ]
-    print_table(rows, ["framework", ("parameters", "params"), ("output_projection", "output proj."),
-                       ("step_ms", "step ms"), ("tokens_per_second", "target tokens/s"), ("tflops", "TFLOP/s"),
-                       ("mfu", "MFU"), ("ratio", "kmt / this (tokens/s)")])
+    print_table(
+        rows,
+        [
+            "framework",
+            ("parameters", "params"),
+            ("output_projection", "output proj."),
+            ("step_ms", "step ms"),
+            ("tokens_per_second", "target tokens/s"),
+            ("tflops", "TFLOP/s"),
+            ("mfu", "MFU"),
+            ("ratio", "kmt / this (tokens/s)"),
+        ],
+    )
     print()
-    print_json("train_throughput", preset=args.preset, sizes={**sizes, "vocab_size": args.vocab},
-               batch_size=args.batch_size, length=args.length, steps=args.steps, repeats=args.repeats,
-               dropout=args.dropout, backend=keras.backend.backend(), precision=args.precision,
-               jit_compile=args.jit_compile, device=device_name(), flops_per_step=flops, peak_tflops=peak,
-               peak_source=peak_source, measured_peaks_tflops=peaks, results=results, ratios=ratios)
+    print_json(
+        "train_throughput",
+        preset=args.preset,
+        sizes={**sizes, "vocab_size": args.vocab},
+        batch_size=args.batch_size,
+        length=args.length,
+        steps=args.steps,
+        repeats=args.repeats,
+        dropout=args.dropout,
+        backend=keras.backend.backend(),
+        precision=args.precision,
+        jit_compile=args.jit_compile,
+        device=device_name(),
+        flops_per_step=flops,
+        peak_tflops=peak,
+        peak_source=peak_source,
+        measured_peaks_tflops=peaks,
+        results=results,
+        ratios=ratios,
+    )
 
 
 if __name__ == "__main__":

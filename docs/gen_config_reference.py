@@ -27,8 +27,12 @@ from kmt import config as schema  # noqa: E402
 CONF = ROOT / "conf"
 SCHEMA = ROOT / "kmt" / "config.py"
 PAGE = ROOT / "docs" / "reference" / "configuration.md"
-GROUP_CLASSES = {"data": schema.DataConfig, "model": schema.ModelConfig, "optim": schema.OptimConfig,
-                 "trainer": schema.TrainerConfig}
+GROUP_CLASSES = {
+    "data": schema.DataConfig,
+    "model": schema.ModelConfig,
+    "optim": schema.OptimConfig,
+    "trainer": schema.TrainerConfig,
+}
 OPTION_GROUPS = ("data", "model", "optim", "trainer", "debug")  # conf/<group>/*.yaml; experiments have a section
 KEY_LINE = re.compile(r"^(?P<indent> *)(?P<item>- )?(?P<key>[^:#]+):(?: +(?P<value>[^#]*?))?\s*(?:#\s?(?P<why>.*))?$")
 
@@ -61,8 +65,14 @@ def markdown(text):
     """`text` safe in a table cell: HTML and emphasis characters escaped outside `code spans`."""
     pieces = text.split("`")
     for i in range(0, len(pieces), 2):
-        pieces[i] = (pieces[i].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-                     .replace("*", "\\*").replace("|", "\\|"))
+        pieces[i] = (
+            pieces[i]
+            .replace("&", "&amp;")
+            .replace("<", "&lt;")
+            .replace(">", "&gt;")
+            .replace("*", "\\*")
+            .replace("|", "\\|")
+        )
     return "`".join(pieces)
 
 
@@ -158,9 +168,12 @@ def in_group(group, path, description, settings, defaults):
     if not path.read_text().lstrip().startswith("# @package _global_"):
         return description, settings, defaults
     prefix = f"{group}."
-    inside = [(key[len(prefix):], value, why) for key, value, why in settings if key.startswith(prefix)]
-    outside = [f"Also sets `{key}={value}`" + (f": {why}" if why else ".") for key, value, why in settings
-               if not key.startswith(prefix)]
+    inside = [(key[len(prefix) :], value, why) for key, value, why in settings if key.startswith(prefix)]
+    outside = [
+        f"Also sets `{key}={value}`" + (f": {why}" if why else ".")
+        for key, value, why in settings
+        if not key.startswith(prefix)
+    ]
     return [*description, *outside], inside, defaults
 
 
@@ -177,19 +190,29 @@ def group_options(group):
     keys = list(dict.fromkeys(key for _, settings, _ in parsed.values() for key, _, _ in settings))
     if group in GROUP_CLASSES:
         base = OmegaConf.structured(GROUP_CLASSES[group])
-        values = {name: OmegaConf.merge(base, OmegaConf.create(dict(OmegaConf.from_dotlist(
-            [f"{key}={value}" for key, value, _ in parsed[name][1]])))) for name in parsed}
+        values = {
+            name: OmegaConf.merge(
+                base,
+                OmegaConf.create(dict(OmegaConf.from_dotlist([f"{key}={value}" for key, value, _ in parsed[name][1]]))),
+            )
+            for name in parsed
+        }
         if group == "model":  # presets from the smallest up
-            parsed = dict(sorted(parsed.items(), key=lambda item: (values[item[0]].hidden_dim,
-                                                                   values[item[0]].num_layers)))
+            parsed = dict(
+                sorted(parsed.items(), key=lambda item: (values[item[0]].hidden_dim, values[item[0]].num_layers))
+            )
         default = composed_default(group)
-        rows = [[f"`{group}={name}`" + (" (default)" if name == default else "")]
-                + [yaml_value(OmegaConf.select(values[name], key)) for key in keys] + [sentences(description)]
-                for name, (description, _, _) in parsed.items()]
+        rows = [
+            [f"`{group}={name}`" + (" (default)" if name == default else "")]
+            + [yaml_value(OmegaConf.select(values[name], key)) for key in keys]
+            + [sentences(description)]
+            for name, (description, _, _) in parsed.items()
+        ]
         return table(["option"] + [f"`{key}`" for key in keys] + ["what it is"], rows)
-    rows = [[f"`{group}={name}`", sentences(description),
-             ", ".join(f"`{key}={value}`" for key, value, _ in settings)]
-            for name, (description, settings, _) in parsed.items()]
+    rows = [
+        [f"`{group}={name}`", sentences(description), ", ".join(f"`{key}={value}`" for key, value, _ in settings)]
+        for name, (description, settings, _) in parsed.items()
+    ]
     return table(["option", "what it is", "what it sets"], rows)
 
 
@@ -239,22 +262,36 @@ def reference_page():
     ]
     for title, cls in sections:
         names = title.split(", ")
-        prefix = "" if cls is schema.Config else (
-            names[0] + "." if len(names) == 1 else names[0].rsplit(".", 1)[0] + ".{" + ",".join(
-                name.rsplit(".", 1)[1] for name in names) + "}.")
+        prefix = (
+            ""
+            if cls is schema.Config
+            else (
+                names[0] + "."
+                if len(names) == 1
+                else names[0].rsplit(".", 1)[0] + ".{" + ",".join(name.rsplit(".", 1)[1] for name in names) + "}."
+            )
+        )
         lines += ["", f"### {title} {{#{anchor(title)}}}", ""]
         if cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "("):
             lines += [markdown(" ".join(cls.__doc__.split())), ""]
         lines += key_table(cls, prefix, titles, whys)
-    lines += ["", "## Group options", "",
-              "Each option is a file `conf/<group>/<option>.yaml` holding only what differs from the schema; the "
-              "tables show the value each option composes to for every key any option of its group sets."]
+    lines += [
+        "",
+        "## Group options",
+        "",
+        "Each option is a file `conf/<group>/<option>.yaml` holding only what differs from the schema; the "
+        "tables show the value each option composes to for every key any option of its group sets.",
+    ]
     for group in OPTION_GROUPS:
         lines += ["", f"### {group} {{#options-{group}}}", ""] + group_options(group)
-    lines += ["", "## Experiments", "",
-              "Recipes under `conf/experiment/`, run with `kmt-train experiment=NAME`: overrides of the group "
-              "options they pick, each value with its why. The runs that chose them are in the "
-              "[experiments](../experiments/index.md) pages."]
+    lines += [
+        "",
+        "## Experiments",
+        "",
+        "Recipes under `conf/experiment/`, run with `kmt-train experiment=NAME`: overrides of the group "
+        "options they pick, each value with its why. The runs that chose them are in the "
+        "[experiments](../experiments/index.md) pages.",
+    ]
     lines += experiments()
     return "\n".join(lines) + "\n"
 

@@ -7,19 +7,29 @@ The library's face, imported when first used: `kmt.compose_config`, `kmt.train`,
 `import kmt` is cheap and changes nothing in the process: it imports neither Keras nor TensorFlow (which alone takes
 seconds), so a command that needs neither (kmt-plot, kmt-serve until it has opened its port, kmt-translate on a
 CTranslate2 directory) starts at once. kmt's Keras objects are registered by the modules that define them, so a
-saved `model.keras` loads with `keras.saving.load_model(path)` (safe mode on) once its model's module is imported
-(`kmt.models.transformer`, `kmt.models.lstm`; `kmt.load` does it for a run directory). kmt's commands also keep TensorFlow's native start-up
-lines out of their output (`kmt._startup.quiet_startup`, turned on by `kmt.cli`).
+saved `model.keras` loads with `keras.saving.load_model(path)` (safe mode on) once its model's class is imported
+(`from kmt.models import Transformer`; `kmt.load` does it for a run directory). kmt's commands also keep
+TensorFlow's native start-up lines out of their output (`kmt._startup.quiet_startup`, turned on by `kmt.cli`).
 """
 
 import importlib
 
 __version__ = "0.1.0"
 
-_LAZY = {"compose_config": "kmt.api", "train": "kmt.api", "load": "kmt.api", "export": "kmt.api",
-         "evaluate": "kmt.api", "SearchSettings": "kmt.inference.settings", "Transformer": "kmt.models.transformer",
-         "LSTM": "kmt.models.lstm", "models": "kmt.models", "layers": "kmt.layers", "losses": "kmt.losses",
-         "schedule": "kmt.schedule"}
+_LAZY = {
+    "compose_config": "kmt.api",
+    "train": "kmt.api",
+    "load": "kmt.api",
+    "export": "kmt.api",
+    "evaluate": "kmt.api",
+    "SearchSettings": "kmt.inference.settings",
+    "Transformer": "kmt.models.transformer",
+    "LSTM": "kmt.models.lstm",
+    "models": "kmt.models",
+    "layers": "kmt.layers",
+    "losses": "kmt.losses",
+    "schedule": "kmt.schedule",
+}
 __all__ = ["SearchSettings", "compose_config", "evaluate", "export", "load", "train"]
 
 

@@ -7,11 +7,16 @@ import sys
 
 # The library each backend imports, by its top-level package, and how to install it (docs/gpu.md).
 _INSTALL = {
-    "torch": ("PyTorch", 'pip install "kmt[torch]" (for the CPU-only build, first pip install torch from PyTorch\'s '
-                         "CPU index: docs/gpu.md)"),
+    "torch": (
+        "PyTorch",
+        'pip install "kmt[torch]" (for the CPU-only build, first pip install torch from PyTorch\'s '
+        "CPU index: docs/gpu.md)",
+    ),
     "jax": ("JAX", 'pip install "jax[cpu]", or "kmt[jax-cuda]" for CUDA 12 GPUs (docs/gpu.md)'),
-    "tensorflow": ("TensorFlow", 'pip install "kmt" again (TensorFlow is one of its dependencies; "kmt[tf-cuda]" '
-                                 "for CUDA 12 GPUs: docs/gpu.md)"),
+    "tensorflow": (
+        "TensorFlow",
+        'pip install "kmt" again (TensorFlow is one of its dependencies; "kmt[tf-cuda]" for CUDA 12 GPUs: docs/gpu.md)',
+    ),
 }
 _INSTALL["jaxlib"] = _INSTALL["jax"]
 
@@ -43,5 +48,6 @@ def backend_installed():
                 previous_hook(kind, value, traceback)
 
         sys.excepthook = one_line
-        raise BackendNotInstalled(f"{setting} needs {library}, which is not installed: {install}",
-                                  name=error.name) from None
+        raise BackendNotInstalled(
+            f"{setting} needs {library}, which is not installed: {install}", name=error.name
+        ) from None

@@ -69,7 +69,6 @@ def tensorflow_importable():
     return True
 
 
-
 def keep_tensorflow_out():
     """Under JAX and PyTorch, while TensorFlow is not loaded: tells Keras it is not installed. Keras asks whether
     TensorFlow can be imported, importing it, wherever it might meet TensorFlow objects (serializing a layer's config,

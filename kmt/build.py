@@ -31,8 +31,12 @@ def build_schedule(optim_cfg, hidden_dim, total_steps):
     `optim.cooldown` of them when that is set, counting updates of `optim.gradient_accumulation_steps` batches."""
     cooldown_steps = max(1, round(optim_cfg.cooldown * total_steps)) if optim_cfg.cooldown else 0
     return NoamSchedule(
-        hidden_dim, warmup_steps=optim_cfg.warmup_steps, scale=optim_cfg.lr_scale, total_steps=total_steps,
-        cooldown_steps=cooldown_steps, gradient_accumulation_steps=optim_cfg.gradient_accumulation_steps,
+        hidden_dim,
+        warmup_steps=optim_cfg.warmup_steps,
+        scale=optim_cfg.lr_scale,
+        total_steps=total_steps,
+        cooldown_steps=cooldown_steps,
+        gradient_accumulation_steps=optim_cfg.gradient_accumulation_steps,
     )
 
 
@@ -46,7 +50,8 @@ def build_optimizer(optim_cfg, schedule):
         beta_2=optim_cfg.beta_2,
         epsilon=optim_cfg.epsilon,
         global_clipnorm=optim_cfg.clipnorm,
-        gradient_accumulation_steps=optim_cfg.gradient_accumulation_steps if optim_cfg.gradient_accumulation_steps > 1
+        gradient_accumulation_steps=optim_cfg.gradient_accumulation_steps
+        if optim_cfg.gradient_accumulation_steps > 1
         else None,
         weight_decay=optim_cfg.weight_decay or None,
     )

@@ -36,8 +36,10 @@ def load_run_model(run_dir, checkpoint="last"):
     try:
         load_weights(model, path)
     except ValueError as error:
-        raise KmtError(f"{path} does not fit the model of {run_dir}'s config.yaml ({str(error).splitlines()[0]}); "
-                       "pass a checkpoint of this run") from None
+        raise KmtError(
+            f"{path} does not fit the model of {run_dir}'s config.yaml ({str(error).splitlines()[0]}); "
+            "pass a checkpoint of this run"
+        ) from None
     return cfg, vocabularies, model
 
 
@@ -65,8 +67,15 @@ def load_run_keras(run_dir: "str | Path") -> tuple:
 
 
 # Model settings a fine-tuning run may change: they shape no weight.
-FINE_TUNABLE = ("dropout", "attention_dropout", "activation_dropout", "late_dropout", "late_dropout_after",
-                "source_word_dropout", "target_word_dropout")
+FINE_TUNABLE = (
+    "dropout",
+    "attention_dropout",
+    "activation_dropout",
+    "late_dropout",
+    "late_dropout_after",
+    "source_word_dropout",
+    "target_word_dropout",
+)
 
 
 def init_source(init_from, model_cfg):
@@ -87,8 +96,10 @@ def init_source(init_from, model_cfg):
         raise KmtError(f"trainer.init_from={init_from}: no such run directory or weights file")
     run = RunDir(run_dir)
     if not run.config.is_file() or not Vocabularies.exists(run.tokenizer):
-        raise KmtError(f"trainer.init_from={init_from}: {run_dir} is not a kmt run directory (no config.yaml and "
-                       "tokenizer/); pass a run directory or a .weights.h5 file in its checkpoints/")
+        raise KmtError(
+            f"trainer.init_from={init_from}: {run_dir} is not a kmt run directory (no config.yaml and "
+            "tokenizer/); pass a run directory or a .weights.h5 file in its checkpoints/"
+        )
     weights = weights or run.checkpoints.find("last")
     saved = run.read_config().model
     different = [key for key in model_cfg if key not in FINE_TUNABLE and saved[key] != model_cfg[key]]
@@ -96,7 +107,8 @@ def init_source(init_from, model_cfg):
         raise KmtError(
             f"trainer.init_from: {run_dir} was trained with "
             + ", ".join(f"model.{key}={saved[key]}" for key in different)
-            + "; this run has " + ", ".join(f"model.{key}={model_cfg[key]}" for key in different)
+            + "; this run has "
+            + ", ".join(f"model.{key}={model_cfg[key]}" for key in different)
             + "; set them to match (only the dropouts may differ)"
         )
     return run_dir, weights
@@ -108,9 +120,11 @@ def early_averaging_warning(count, epochs, run_root):
     (docs/training.md, "Run length, validation and early stopping")."""
     if count <= 1 or 2 * count <= epochs:
         return None
-    return (f"averaging the last {count} of the run's {epochs} epochs reaches back to epoch {epochs - count + 1}, "
-            f"whose early weights can pull the average down; choose trainer.average_last on val for a run this "
-            f"short (python bench/decode_sweep.py {run_root} --average N)")
+    return (
+        f"averaging the last {count} of the run's {epochs} epochs reaches back to epoch {epochs - count + 1}, "
+        f"whose early weights can pull the average down; choose trainer.average_last on val for a run this "
+        f"short (python bench/decode_sweep.py {run_root} --average N)"
+    )
 
 
 def average_checkpoints(model, paths):

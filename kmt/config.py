@@ -259,14 +259,20 @@ def validate(cfg):
     )
     _check(data.name != "prepared" or data.path, "data=prepared needs data.path=DIR, a directory made by kmt-prepare")
     if data.name == "parallel":
-        unset = [f"data.{split}.{side}" for split in ("train", "val") for side in ("source", "target")
-                 if not data[split][side]]
+        unset = [
+            f"data.{split}.{side}"
+            for split in ("train", "val")
+            for side in ("source", "target")
+            if not data[split][side]
+        ]
         _check(not unset, f"data=parallel needs file paths: set {', '.join(f'{key}=PATH' for key in unset)}")
     archs = model_archs()  # kmt.models' registry
     _check(model.arch in archs, f"model.arch must be one of {', '.join(archs)}. Received: {model.arch!r}")
     _check(model.score in ("general", "dot"), f"model.score must be general or dot. Received: {model.score!r}")
-    _check(model.arch != "lstm" or model.hidden_dim % 2 == 0,
-           f"model.arch=lstm needs an even model.hidden_dim (half a direction). Received: {model.hidden_dim}")
+    _check(
+        model.arch != "lstm" or model.hidden_dim % 2 == 0,
+        f"model.arch=lstm needs an even model.hidden_dim (half a direction). Received: {model.hidden_dim}",
+    )
     for key in ("num_layers", "hidden_dim", "num_heads", "intermediate_dim", "max_length"):
         _check(model[key] > 0, f"model.{key} must be positive. Received: model.{key}={model[key]}")
     _check(
@@ -277,12 +283,19 @@ def validate(cfg):
     for key in ("dropout", "attention_dropout", "activation_dropout", "source_word_dropout", "target_word_dropout"):
         _check(0.0 <= model[key] < 1.0, f"model.{key} must be in [0, 1). Received: model.{key}={model[key]}")
     if model.late_dropout is not None:
-        _check(0.0 <= model.late_dropout < 1.0,
-               f"model.late_dropout must be in [0, 1) or null. Received: model.late_dropout={model.late_dropout}")
-        _check(model.late_dropout_after > 0,
-               f"model.late_dropout needs model.late_dropout_after > 0 epochs. Received: {model.late_dropout_after}")
-        _check(model.dropout > 0, "model.late_dropout needs model.dropout > 0 (the dropout layers' random state is "
-                                  "made with the model). Received: model.dropout=0")
+        _check(
+            0.0 <= model.late_dropout < 1.0,
+            f"model.late_dropout must be in [0, 1) or null. Received: model.late_dropout={model.late_dropout}",
+        )
+        _check(
+            model.late_dropout_after > 0,
+            f"model.late_dropout needs model.late_dropout_after > 0 epochs. Received: {model.late_dropout_after}",
+        )
+        _check(
+            model.dropout > 0,
+            "model.late_dropout needs model.dropout > 0 (the dropout layers' random state is "
+            "made with the model). Received: model.dropout=0",
+        )
     _check(
         0.0 <= optim.label_smoothing < 1.0,
         f"optim.label_smoothing must be in [0, 1). Received: {optim.label_smoothing}",
@@ -315,8 +328,10 @@ def validate(cfg):
     _check(trainer.patience >= 0, f"trainer.patience must be >= 0. Received: {trainer.patience}")
     _check(trainer.max_minutes >= 0, f"trainer.max_minutes must be >= 0. Received: {trainer.max_minutes}")
     unset = [f"data.{key}" for key in INHERITED if data[key] is None]
-    _check(not unset or data.name == "prepared",
-           f"{', '.join(unset)} may be null only with data=prepared (which takes them from its directory)")
+    _check(
+        not unset or data.name == "prepared",
+        f"{', '.join(unset)} may be null only with data=prepared (which takes them from its directory)",
+    )
     if not unset:  # data=prepared: checked with the prepared directory's values when the run starts
         _check(data.max_tokens >= 0, f"data.max_tokens must be >= 0. Received: {data.max_tokens}")
         _check(data.bucket_width >= 0, f"data.bucket_width must be >= 0. Received: {data.bucket_width}")

@@ -59,8 +59,12 @@ def evaluate(
             if len(lines) != len(sources):
                 raise DataError(f"{other} has {len(lines)} translations but there are {len(sources)} sources")
             systems[other] = lines
-        results, signatures = paired_bootstrap(systems, list(references), tokenized,
-                                               None if tokenized_references is None else list(tokenized_references),
-                                               lang or "en")
+        results, signatures = paired_bootstrap(
+            systems,
+            list(references),
+            tokenized,
+            None if tokenized_references is None else list(tokenized_references),
+            lang or "en",
+        )
         scores |= {"compare": results, "compare_signatures": signatures}
     return scores | {"translations": translations}

@@ -81,13 +81,13 @@ def paired_bootstrap(systems, references, tokenized=False, tokenized_references=
     """
     from sacrebleu.significance import PairedTest
 
-    tests = {
-        "bleu": (_bleu(tokenized), references, None),
-        "chrf": (CHRF(), references, None),
-    }
+    tests = {"bleu": (_bleu(tokenized), references, None), "chrf": (CHRF(), references, None)}
     if tokenized_references is not None:
-        tests["tokenized_bleu"] = (_bleu(tokenized=True), tokenized_references,
-                                   lambda hypotheses: moses_tokenize(hypotheses, lang))
+        tests["tokenized_bleu"] = (
+            _bleu(tokenized=True),
+            tokenized_references,
+            lambda hypotheses: moses_tokenize(hypotheses, lang),
+        )
     results = {name: {} for name in systems}
     signatures = {}
     for key, (metric, metric_references, prepare) in tests.items():
@@ -97,9 +97,15 @@ def paired_bootstrap(systems, references, tokenized=False, tokenized_references=
         [column] = [name for name in scores if name != "System"]
         signatures[key] = str(signature[column])
         for name, result in zip(scores["System"], scores[column]):
-            results[name][key] = {field: None if value is None else float(value) for field, value in
-                                  (("score", result.score), ("mean", result.mean), ("ci", result.ci),
-                                   ("p", result.p_value))}
+            results[name][key] = {
+                field: None if value is None else float(value)
+                for field, value in (
+                    ("score", result.score),
+                    ("mean", result.mean),
+                    ("ci", result.ci),
+                    ("p", result.p_value),
+                )
+            }
     return results, signatures
 
 

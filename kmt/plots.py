@@ -109,16 +109,22 @@ def draw_curves(histories, title="", first_epoch=1):
     rows, columns = (1, len(panels)) if len(panels) <= 3 else (2, (len(panels) + 1) // 2)
     figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.8 * rows), squeeze=False)
     axes = axes.ravel()
-    for ax in axes[len(panels):]:
+    for ax in axes[len(panels) :]:
         ax.set_visible(False)
     for (name, keys, log_scale), ax in zip(panels, axes):
         for i, (label, history) in enumerate(histories.items()):
             for key, style in zip(keys, ("-", "--")):
-                points = [(e, v) for e, v in zip(history["epoch"], history.get(key, []))
-                          if v is not None and e >= first_epoch]
+                points = [
+                    (e, v) for e, v in zip(history["epoch"], history.get(key, [])) if v is not None and e >= first_epoch
+                ]
                 if points:
-                    ax.plot(*zip(*points), style, color=f"C{i % 10}", marker="." if len(points) < 30 else None,
-                            label=label if key == keys[0] else None)
+                    ax.plot(
+                        *zip(*points),
+                        style,
+                        color=f"C{i % 10}",
+                        marker="." if len(points) < 30 else None,
+                        label=label if key == keys[0] else None,
+                    )
         ax.set_title(name)
         if log_scale:
             ax.set_yscale("log")  # an untrained model's perplexity is in the thousands, a trained one's near 5
@@ -152,8 +158,13 @@ def cross_attention_weights(model, source_ids, output_ids):
     self_mask = target_attention_mask(target_in)
     maps = []
     for layer in model.decoder_layers:
-        states, weights = layer(states, encoder_outputs, self_attention_mask=self_mask,
-                                cross_attention_mask=source_mask, return_attention_scores=True)
+        states, weights = layer(
+            states,
+            encoder_outputs,
+            self_attention_mask=self_mask,
+            cross_attention_mask=source_mask,
+            return_attention_scores=True,
+        )
         maps.append(ops.convert_to_numpy(weights)[0])  # (H, T, S)
     return maps
 

@@ -113,8 +113,10 @@ class RunLock:
             self._file.seek(0)
             holder = self._file.read().strip() or "unknown"
             self._file.close()
-            raise KmtError(f"{self.path.parent} is in use by another kmt-train (pid {holder}); wait for it or "
-                           "choose another hydra.run.dir") from None
+            raise KmtError(
+                f"{self.path.parent} is in use by another kmt-train (pid {holder}); wait for it or "
+                "choose another hydra.run.dir"
+            ) from None
         self._file.seek(0)
         self._file.truncate()
         self._file.write(str(os.getpid()))
@@ -208,9 +210,11 @@ class Checkpoints:
         for path in reversed(self.epochs()):
             if weights_error(path) is not None:
                 continue
-            return (f"the run cannot resume exactly (an epoch checkpoint holds no optimizer state); start a new run "
-                    f"from its newest readable weights with your command plus trainer.init_from={path} and a new "
-                    "hydra.run.dir")
+            return (
+                f"the run cannot resume exactly (an epoch checkpoint holds no optimizer state); start a new run "
+                f"from its newest readable weights with your command plus trainer.init_from={path} and a new "
+                "hydra.run.dir"
+            )
         return f"no epoch checkpoint in {self.directory} reads either; train the run again in a new hydra.run.dir"
 
 
@@ -250,15 +254,21 @@ class RunDir:
         except KmtError:
             raise
         except Exception as error:  # YAML that does not parse, or values that do not fit the schema
-            raise unreadable(self.config, error, f"restore it (Hydra's copy of the command's config is in "
-                                                  f"{self.hydra_config}) or train the run again") from None
+            raise unreadable(
+                self.config,
+                error,
+                f"restore it (Hydra's copy of the command's config is in {self.hydra_config}) or train the run again",
+            ) from None
 
     def read_metrics(self):
         """`metrics.json`, or None when the run has not finished."""
         if not self.metrics.is_file():
             return None
-        return read_json(self.metrics, f"rewrite it by running the run's kmt-train command again "
-                                       f"(hydra.run.dir={self.root}): it only evaluates and exports")
+        return read_json(
+            self.metrics,
+            f"rewrite it by running the run's kmt-train command again "
+            f"(hydra.run.dir={self.root}): it only evaluates and exports",
+        )
 
 
 def read_json(path, way_out):

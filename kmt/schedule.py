@@ -41,8 +41,15 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
     0.5005
     """
 
-    def __init__(self, hidden_dim, warmup_steps=4000, scale=1.0, total_steps=None, cooldown_steps=0,
-                 gradient_accumulation_steps=1):
+    def __init__(
+        self,
+        hidden_dim,
+        warmup_steps=4000,
+        scale=1.0,
+        total_steps=None,
+        cooldown_steps=0,
+        gradient_accumulation_steps=1,
+    ):
         if hidden_dim <= 0 or warmup_steps <= 0 or scale <= 0 or gradient_accumulation_steps <= 0:
             raise ValueError(
                 "hidden_dim, warmup_steps, scale and gradient_accumulation_steps must be positive. "

@@ -68,9 +68,11 @@ def summarize(sweep_dir):
     (sweep_dir / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     shared = set.intersection(*(set(row["overrides"].split()) for row in rows)) if len(rows) > 1 else set()
     histories = {
-        f"{row['job']}: {' '.join(o for o in row['overrides'].split() if o not in shared)}".rstrip(": "):
-            read_history(sweep_dir / str(row["job"]))
-        for row in rows if RunDir(sweep_dir / str(row["job"])).history.exists()
+        f"{row['job']}: {' '.join(o for o in row['overrides'].split() if o not in shared)}".rstrip(": "): read_history(
+            sweep_dir / str(row["job"])
+        )
+        for row in rows
+        if RunDir(sweep_dir / str(row["job"])).history.exists()
     }
     if histories:
         plot_curves(histories, sweep_dir / "summary.png", title=f"sweep {sweep_dir.name}")

@@ -132,8 +132,7 @@ class Tokenizer:
         # threads: set the seed and encode under one lock, on one thread (threads would draw in any order).
         with _SAMPLING:
             sentencepiece.set_random_generator_seed(seed)
-            ids = self._processor.encode(list(strings), enable_sampling=True, alpha=alpha, nbest_size=-1,
-                                         num_threads=1)
+            ids = self._processor.encode(list(strings), enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
         values = np.fromiter((i for row in ids for i in row), dtype=np.int32)
         return values, np.array([len(row) for row in ids], dtype=np.int64)
 
@@ -159,17 +158,16 @@ class Tokenizer:
         except DataError:
             raise
         except Exception as error:  # sentencepiece and tensorflow-text refuse a damaged model, each in its words
-            raise unreadable(path, error, "training on the same data with the same data.tokenizer settings makes "
-                                          "the same vocabulary: copy a tokenizer/ so made here") from None
+            raise unreadable(
+                path,
+                error,
+                "training on the same data with the same data.tokenizer settings makes "
+                "the same vocabulary: copy a tokenizer/ so made here",
+            ) from None
 
 
 def train_tokenizer(
-    sentences,
-    vocab_size,
-    model_type="unigram",
-    character_coverage=1.0,
-    byte_fallback=True,
-    max_sentences=2_000_000,
+    sentences, vocab_size, model_type="unigram", character_coverage=1.0, byte_fallback=True, max_sentences=2_000_000
 ):
     """Trains a SentencePiece model on `sentences` (an iterable of str) and returns a `Tokenizer`.
 
@@ -185,6 +183,7 @@ def train_tokenizer(
     """
     if model_type not in ("unigram", "bpe"):
         raise ConfigError(f"tokenizer.model_type must be 'unigram' or 'bpe'. Received: model_type={model_type!r}")
+
     def nonempty():
         return (s for s in sentences if s.strip())
 
@@ -199,7 +198,10 @@ def train_tokenizer(
     if vocab_size < minimum:
         logger.warning(
             "tokenizer.vocab_size=%d cannot hold %d characters%s; using %d",
-            vocab_size, characters, " plus 256 byte pieces" if byte_fallback else "", minimum,
+            vocab_size,
+            characters,
+            " plus 256 byte pieces" if byte_fallback else "",
+            minimum,
         )
         vocab_size = minimum
     model = io.BytesIO()
@@ -223,8 +225,11 @@ def train_tokenizer(
     )
     tokenizer = Tokenizer(model.getvalue())
     if tokenizer.vocab_size < vocab_size:  # hard_vocab_limit=False: SentencePiece stops where the corpus runs out
-        logger.warning("tokenizer.vocab_size=%d is more than the training text fills; capped at %d pieces",
-                       vocab_size, tokenizer.vocab_size)
+        logger.warning(
+            "tokenizer.vocab_size=%d is more than the training text fills; capped at %d pieces",
+            vocab_size,
+            tokenizer.vocab_size,
+        )
     logger.info("trained a %s vocabulary of %d pieces", model_type, tokenizer.vocab_size)
     return tokenizer
 
@@ -250,8 +255,11 @@ class Vocabularies:
 
     def same_as(self, other):
         """Whether `other` holds the same vocabularies: byte-identical SentencePiece models, joint or not alike."""
-        return (self.joint == other.joint and self.source.model_proto == other.source.model_proto
-                and self.target.model_proto == other.target.model_proto)
+        return (
+            self.joint == other.joint
+            and self.source.model_proto == other.source.model_proto
+            and self.target.model_proto == other.target.model_proto
+        )
 
     @classmethod
     def load(cls, directory):

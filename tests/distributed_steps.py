@@ -28,9 +28,17 @@ def main(prepared, work):
     weights = {}
     for mode, batch_size in (("none", 16), ("mirrored", 8)):  # one device's batch is both devices' together
         cfg = compose_config(
-            "data=prepared", f"data.path={prepared}", "data.max_tokens=0", f"data.batch_size={batch_size}",
-            f"trainer.distribute={mode}", "trainer.precision=float32", "model.dropout=0",
-            "model.attention_dropout=0", "model.activation_dropout=0", "optim.warmup_steps=2", "optim.epsilon=1e-3",
+            "data=prepared",
+            f"data.path={prepared}",
+            "data.max_tokens=0",
+            f"data.batch_size={batch_size}",
+            f"trainer.distribute={mode}",
+            "trainer.precision=float32",
+            "model.dropout=0",
+            "model.attention_dropout=0",
+            "model.activation_dropout=0",
+            "optim.warmup_steps=2",
+            "optim.epsilon=1e-3",
         )
         p = prepare(cfg, os.path.join(work, mode))
         assert p.placement.replicas == (1 if mode == "none" else 2), p.placement

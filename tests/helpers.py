@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+
 from kmt.config import composing
 
 
@@ -31,7 +32,12 @@ def run_cli(module, *args, cwd=None, input=None, timeout=600, native_logs=False,
         del env["TF_CPP_MIN_LOG_LEVEL"]
     return subprocess.run(
         [sys.executable, "-m", f"kmt.cli.{module}", *map(str, args)],
-        cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout, env=env,
+        cwd=cwd,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
     )
 
 

@@ -23,8 +23,14 @@ raise ImportError("no TensorFlow on this machine (a test's stand-in)")
 def train_under(backend, *overrides, env=None, cwd=None):
     """`python -m kmt.cli.train debug=smoke overrides...` under `backend`: `(process, stdout, stderr)`."""
     environment = os.environ | {"KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"} | (env or {})
-    process = subprocess.Popen([sys.executable, "-m", "kmt.cli.train", "debug=smoke", *overrides], cwd=cwd,
-                               env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kmt.cli.train", "debug=smoke", *overrides],
+        cwd=cwd,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     stdout, stderr = process.communicate(timeout=600)
     return process, stdout, stderr
 
@@ -46,9 +52,17 @@ def jax_run(prepared_smoke, tmp_path_factory):
     attempts.touch()
     run_dir = root / "run"
     process, _, stderr = train_under(
-        "jax", "data=prepared", f"data.path={prepared_smoke}", "trainer.epochs=2", "trainer.average_last=2",
-        f"hydra.run.dir={run_dir}", env={"PYTHONPATH": f"{fake}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-                                         "KMT_TEST_TF_ATTEMPTS": str(attempts)})
+        "jax",
+        "data=prepared",
+        f"data.path={prepared_smoke}",
+        "trainer.epochs=2",
+        "trainer.average_last=2",
+        f"hydra.run.dir={run_dir}",
+        env={
+            "PYTHONPATH": f"{fake}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+            "KMT_TEST_TF_ATTEMPTS": str(attempts),
+        },
+    )
     assert process.returncode == 0, stderr[-3000:]
     return run_dir, process.pid, set(attempts.read_text().split()), stderr
 
@@ -60,7 +74,8 @@ def test_a_jax_run_from_prepared_data_trains_scores_and_never_imports_tensorflow
     assert [row["epoch"] for row in history(run_dir)] == ["0", "1"]  # Keras counts epochs from 0
     checkpoints = run_dir / "checkpoints"
     assert {"epoch_001.weights.h5", "epoch_002.weights.h5", "average_last2.weights.h5"} <= {
-        path.name for path in checkpoints.iterdir()}
+        path.name for path in checkpoints.iterdir()
+    }
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert {"loss", "bleu", "chrf"} <= set(metrics["val"]) and "test" in metrics
     assert metrics["train"]["averaged_checkpoints"] == 2 and "export" not in metrics
@@ -81,8 +96,13 @@ def test_kmt_export_makes_the_saved_model_of_a_jax_run_where_tensorflow_is(jax_r
 
 def test_a_jax_run_resumed_after_an_epoch_ends_with_the_uninterrupted_runs_losses(prepared_smoke, jax_run, tmp_path):
     run_dir = tmp_path / "run"
-    common = ["data=prepared", f"data.path={prepared_smoke}", "trainer.average_last=2", f"hydra.run.dir={run_dir}",
-              "trainer.export=false"]
+    common = [
+        "data=prepared",
+        f"data.path={prepared_smoke}",
+        "trainer.average_last=2",
+        f"hydra.run.dir={run_dir}",
+        "trainer.export=false",
+    ]
     for epochs in (1, 2):  # the second command resumes the first's run after its epoch
         process, _, stderr = train_under("jax", *common, f"trainer.epochs={epochs}")
         assert process.returncode == 0, stderr[-3000:]
@@ -97,21 +117,34 @@ def test_tensorflow_and_jax_train_to_the_same_val_loss_from_the_same_start(prepa
     initializations, runs of this size differ more between two seeds than between backends."""
     start = tmp_path / "start"
     train(compose_config("data=prepared", f"data.path={prepared_smoke}", "trainer.export=false"), start)
-    same = ["data=prepared", f"data.path={prepared_smoke}", "trainer.epochs=2", "model.dropout=0",
-            "trainer.export=false", f"trainer.init_from={start}"]
+    same = [
+        "data=prepared",
+        f"data.path={prepared_smoke}",
+        "trainer.epochs=2",
+        "model.dropout=0",
+        "trainer.export=false",
+        f"trainer.init_from={start}",
+    ]
     train(compose_config(*same), tmp_path / "tf")
     process, _, stderr = train_under("jax", *same, f"hydra.run.dir={tmp_path / 'jax'}")
     assert process.returncode == 0, stderr[-3000:]
-    tf_loss, jax_loss = (json.loads((tmp_path / name / "metrics.json").read_text())["val"]["loss"]
-                         for name in ("tf", "jax"))
+    tf_loss, jax_loss = (
+        json.loads((tmp_path / name / "metrics.json").read_text())["val"]["loss"] for name in ("tf", "jax")
+    )
     assert jax_loss == pytest.approx(tf_loss, rel=0.02)
 
 
 def test_a_pytorch_run_from_prepared_data_resumes_averages_and_beam_searches(prepared_smoke, tmp_path):
     pytest.importorskip("torch")
     run_dir = tmp_path / "run"
-    common = ["data=prepared", f"data.path={prepared_smoke}", f"hydra.run.dir={run_dir}", "trainer.export=false",
-              "trainer.average_last=2", "decode.beam_size=2"]
+    common = [
+        "data=prepared",
+        f"data.path={prepared_smoke}",
+        f"hydra.run.dir={run_dir}",
+        "trainer.export=false",
+        "trainer.average_last=2",
+        "decode.beam_size=2",
+    ]
     for epochs in (1, 2):  # the second command resumes the first's run
         process, _, stderr = train_under("torch", *common, f"trainer.epochs={epochs}")
         assert process.returncode == 0, stderr[-3000:]
@@ -123,20 +156,33 @@ def test_a_pytorch_run_from_prepared_data_resumes_averages_and_beam_searches(pre
     assert {"loss", "bleu"} <= set(metrics["val"]) and metrics["train"]["averaged_checkpoints"] == 2
 
 
-@pytest.mark.parametrize("backend, line", [
-    ("torch", 'error: KERAS_BACKEND=torch needs PyTorch, which is not installed: pip install "kmt[torch]" (for the '
-              "CPU-only build, first pip install torch from PyTorch's CPU index: docs/gpu.md)"),
-    ("jax", 'error: KERAS_BACKEND=jax needs JAX, which is not installed: pip install "jax[cpu]", or "kmt[jax-cuda]" '
-            "for CUDA 12 GPUs (docs/gpu.md)"),
-])
+@pytest.mark.parametrize(
+    "backend, line",
+    [
+        (
+            "torch",
+            'error: KERAS_BACKEND=torch needs PyTorch, which is not installed: pip install "kmt[torch]" (for the '
+            "CPU-only build, first pip install torch from PyTorch's CPU index: docs/gpu.md)",
+        ),
+        (
+            "jax",
+            'error: KERAS_BACKEND=jax needs JAX, which is not installed: pip install "jax[cpu]", or "kmt[jax-cuda]" '
+            "for CUDA 12 GPUs (docs/gpu.md)",
+        ),
+    ],
+)
 def test_a_backend_that_is_not_installed_is_one_line_naming_what_to_install(tmp_path, backend, line):
     # The library as where it was never installed: a package of its name on the path whose import fails as a
     # missing module's does.
     (tmp_path / backend).mkdir()
     (tmp_path / backend / "__init__.py").write_text(
-        f"raise ModuleNotFoundError(\"No module named '{backend}'\", name={backend!r})\n")
+        f"raise ModuleNotFoundError(\"No module named '{backend}'\", name={backend!r})\n"
+    )
     run_dir = tmp_path / "run"
-    process, _, stderr = train_under(backend, f"hydra.run.dir={run_dir}",
-                                     env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    process, _, stderr = train_under(
+        backend,
+        f"hydra.run.dir={run_dir}",
+        env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"},
+    )
     assert process.returncode == 1 and stderr.splitlines() == [line], stderr[-3000:]
     assert not run_dir.exists()

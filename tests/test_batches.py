@@ -174,12 +174,14 @@ def test_tf_data_and_a_py_dataset_give_the_same_batches(varied):
     batcher = Batcher(varied, 16, 40, seed=2)
     expected = as_lists(batch for _, batch in zip(range(25), batcher.stream(skip=5)))
     through_tf = as_lists(
-        ({k: v.numpy() for k, v in f.items()}, t.numpy()) for f, t in tf_dataset(lambda: batcher.stream(5)).take(25))
+        ({k: v.numpy() for k, v in f.items()}, t.numpy()) for f, t in tf_dataset(lambda: batcher.stream(5)).take(25)
+    )
     stream = py_dataset(batcher, skip=5)
     assert through_tf == expected == as_lists(stream[i] for i in range(25))
     items = batcher.one_pass()
     assert as_lists(py_dataset(batcher, items)[i] for i in range(len(items))) == as_lists(
-        ({k: v.numpy() for k, v in f.items()}, t.numpy()) for f, t in keras_data(batcher, items))
+        ({k: v.numpy() for k, v in f.items()}, t.numpy()) for f, t in keras_data(batcher, items)
+    )
 
 
 def test_the_same_seed_gives_the_same_batches_under_jax(varied, tmp_path):
@@ -196,8 +198,13 @@ def test_the_same_seed_gives_the_same_batches_under_jax(varied, tmp_path):
         "print(json.dumps([(f['source'].tolist(), f['target_in'].tolist(), t.tolist()) for f, t in batches]))\n"
         "assert 'tensorflow' not in sys.modules\n"
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            env=os.environ | {"KERAS_BACKEND": "jax"}, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"KERAS_BACKEND": "jax"},
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert [list(map(list, batch)) for batch in json.loads(result.stdout)] == [list(b) for b in expected]
 
@@ -255,12 +262,18 @@ libc.free(buffer)
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or os.confstr("CS_GNU_LIBC_VERSION") is None,
-                    reason="glibc's allocator only")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.confstr("CS_GNU_LIBC_VERSION") is None, reason="glibc's allocator only"
+)
 def test_buffers_under_32_mib_stay_on_the_heap_beside_tensorflows_generator_dataset():
     def mmapped_chunks(**env):
-        result = subprocess.run([sys.executable, "-c", MMAPPED_CHUNKS], capture_output=True, text=True,
-                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **env}, timeout=300)
+        result = subprocess.run(
+            [sys.executable, "-c", MMAPPED_CHUNKS],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **env},
+            timeout=300,
+        )
         assert result.returncode == 0, result.stderr[-2000:]
         return json.loads(result.stdout.strip().splitlines()[-1])
 

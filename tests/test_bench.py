@@ -16,9 +16,25 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
-SCRIPTS = ["attention_scaling", "batching", "decode_speed", "decode_sweep", "distribute_scaling", "fit_teardown",
-           "layer_complexity", "loss_speed", "malloc_threshold", "multi30k", "multi30k_jax", "prepared_data",
-           "profile_step", "resume_stream", "serve_load", "step_variants", "train_throughput"]
+SCRIPTS = [
+    "attention_scaling",
+    "batching",
+    "decode_speed",
+    "decode_sweep",
+    "distribute_scaling",
+    "fit_teardown",
+    "layer_complexity",
+    "loss_speed",
+    "malloc_threshold",
+    "multi30k",
+    "multi30k_jax",
+    "prepared_data",
+    "profile_step",
+    "resume_stream",
+    "serve_load",
+    "step_variants",
+    "train_throughput",
+]
 
 
 def bench_env():
@@ -31,8 +47,14 @@ def bench_env():
 
 def run_bench(script, *args, timeout=600, cwd=BENCH.parent, env=None):
     """`python bench/<script>.py args...` in `bench_env()`, with `env`'s variables on top."""
-    return subprocess.run([sys.executable, str(BENCH / f"{script}.py"), *args], capture_output=True, text=True,
-                          timeout=timeout, env=bench_env() | (env or {}), cwd=cwd)
+    return subprocess.run(
+        [sys.executable, str(BENCH / f"{script}.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=bench_env() | (env or {}),
+        cwd=cwd,
+    )
 
 
 @pytest.fixture
@@ -67,8 +89,9 @@ def test_help_explains_and_exits_zero(script):
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
 def test_batching_benchmark_reports_every_width():
-    result = run_bench("batching", "--widths", "0,1,3", "--steps", "2", "--repeats", "1", "debug=smoke",
-                       "data.download=false")
+    result = run_bench(
+        "batching", "--widths", "0,1,3", "--steps", "2", "--repeats", "1", "debug=smoke", "data.download=false"
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["benchmark"] == "batching" and report["training_pairs"] <= 300  # data.limit=300 (smoke)
@@ -111,8 +134,12 @@ def test_profile_step_sums_a_traced_functions_ops_per_step_and_folds_their_scope
     assert by_type and all(ms > 0 for ms in by_type.values())
     assert any("MatMul" in op_type for op_type in by_type), by_type
     assert not any("::" in name for name in times)  # the executor's own events are left out
-    assert profile_step.scope_of("StatefulPartitionedCall/gradient_tape/transformer_1/decoder_layer_2_1/"
-                                 "feed_forward_1/MatMul:_MklMatMul") == "gradient_tape/transformer/decoder_layer_N"
+    assert (
+        profile_step.scope_of(
+            "StatefulPartitionedCall/gradient_tape/transformer_1/decoder_layer_2_1/feed_forward_1/MatMul:_MklMatMul"
+        )
+        == "gradient_tape/transformer/decoder_layer_N"
+    )
     assert profile_step.scope_of("StatefulPartitionedCall/LogSoftmax:LogSoftmax") == "LogSoftmax"
     with pytest.raises(SystemExit, match="no trace"):
         profile_step.op_times(tmp_path / "empty", steps=1)
@@ -144,14 +171,17 @@ def test_step_variants_merge_onto_the_base_and_refuse_data_changes_and_bad_value
     from common import recipe_config
 
     base = recipe_config("multi30k_en_de")
-    configs = step_variants.variant_configs(base, ["nodrop:model.attention_dropout=0,model.activation_dropout=0",
-                                                   "fp32:trainer.precision=float32"])
+    configs = step_variants.variant_configs(
+        base, ["nodrop:model.attention_dropout=0,model.activation_dropout=0", "fp32:trainer.precision=float32"]
+    )
     assert list(configs) == ["base", "nodrop", "fp32"]
     assert configs["nodrop"].model.attention_dropout == 0 and configs["nodrop"].model.dropout == base.model.dropout
     assert configs["fp32"].trainer.precision == "float32" and base.trainer.precision == "mixed_bfloat16"
-    for spec, message in [("big:data.max_tokens=8192", "changes data settings"),
-                          ("typo:model.dropuot=0.1", "model.dropuot"),
-                          ("bad:model.dropout=1.5", "dropout")]:
+    for spec, message in [
+        ("big:data.max_tokens=8192", "changes data settings"),
+        ("typo:model.dropuot=0.1", "model.dropuot"),
+        ("bad:model.dropout=1.5", "dropout"),
+    ]:
         with pytest.raises(SystemExit, match=message):
             step_variants.variant_configs(base, [spec])
     with pytest.raises(SystemExit):
@@ -160,8 +190,17 @@ def test_step_variants_merge_onto_the_base_and_refuse_data_changes_and_bad_value
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
 def test_resume_stream_benchmark_times_both_streams(tmp_path):
-    result = run_bench("resume_stream", "--epochs", "1", "--repeats", "2", "debug=smoke", "data.download=false",
-                       "data.subword_sampling=0.5", env={"TMPDIR": str(tmp_path)})
+    result = run_bench(
+        "resume_stream",
+        "--epochs",
+        "1",
+        "--repeats",
+        "2",
+        "debug=smoke",
+        "data.download=false",
+        "data.subword_sampling=0.5",
+        env={"TMPDIR": str(tmp_path)},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["benchmark"] == "resume_stream"
@@ -191,8 +230,10 @@ def test_malloc_threshold_benchmark_trains_with_each_setting(multi30k_head):
     result = run_bench("malloc_threshold", "--pairs", "300", "--repeats", "1", "debug=smoke", "data.download=false")
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report["benchmark"] == "malloc_threshold" and [row["setting"] for row in report["results"]] == ["kmt",
-                                                                                                         "128 KiB"]
+    assert report["benchmark"] == "malloc_threshold" and [row["setting"] for row in report["results"]] == [
+        "kmt",
+        "128 KiB",
+    ]
     for row in report["results"]:
         assert row["epoch_seconds"] > 0 and row["minor_faults"] > 0 and 0 < row["kernel_share"] < 1
     assert report["ratio"] > 0 and "| mmap threshold |" in result.stdout
@@ -201,8 +242,9 @@ def test_malloc_threshold_benchmark_trains_with_each_setting(multi30k_head):
 def test_a_failed_run_ends_the_malloc_threshold_bench_with_its_one_line_error():
     result = run_bench("malloc_threshold", "--pairs", "300", "--repeats", "1", "debug=smoke", "model.hidden_dim=-5")
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1] == ("error: kmt-train (kmt) failed: error: model.hidden_dim must be "
-                                                      "positive. Received: model.hidden_dim=-5")
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: kmt-train (kmt) failed: error: model.hidden_dim must be positive. Received: model.hidden_dim=-5"
+    )
 
 
 def test_hardware_tells_cpus_that_share_a_bare_name_apart(monkeypatch):
@@ -226,8 +268,11 @@ def test_a_step_count_below_one_is_a_one_line_usage_error(script):
 def test_decode_speed_refuses_two_comparisons_at_once_in_one_line():
     result = run_bench("decode_speed", "RUN", "--against", "OTHER", "--ctranslate2")
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1].endswith("--against and --ctranslate2 are two different comparisons: "
-                                                           "choose one")
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .endswith("--against and --ctranslate2 are two different comparisons: choose one")
+    )
 
 
 def test_decode_sweep_chooses_the_setting_best_on_both_halves_else_the_best_worse_half(monkeypatch):
@@ -256,16 +301,24 @@ def _processes_in(directory):
 ENDLESS = ["debug=smoke", "data.download=false", "trainer.epochs=1000", "trainer.max_minutes=0"]
 
 
-@pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR") or not Path("/proc/self/cwd").exists(),
-                    reason="needs the real corpora in $KMT_DATA_DIR, and Linux's /proc")
+@pytest.mark.skipif(
+    not os.environ.get("KMT_DATA_DIR") or not Path("/proc/self/cwd").exists(),
+    reason="needs the real corpora in $KMT_DATA_DIR, and Linux's /proc",
+)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_stopping_the_multi30k_bench_stops_its_training_and_says_how_to_resume(tmp_path, signum):
     # Before: SIGTERM ended the bench and left kmt-train training, orphaned, on the cores; Ctrl-C killed kmt-train
     # before it could save. Now the bench passes the signal on, kmt-train saves and stops, the bench waits for it and
     # prints the --resume command.
-    bench = subprocess.Popen([sys.executable, str(BENCH / "multi30k.py"), "en_de", *ENDLESS], cwd=tmp_path,
-                             env=bench_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as in a terminal
+    bench = subprocess.Popen(
+        [sys.executable, str(BENCH / "multi30k.py"), "en_de", *ENDLESS],
+        cwd=tmp_path,
+        env=bench_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # as in a terminal
     runs = tmp_path / "runs" / "bench" / "multi30k_en_de"
     deadline = time.time() + 300
     while not list(runs.glob("*/checkpoints/backup/training_metadata.json")) and time.time() < deadline:
@@ -283,8 +336,10 @@ def test_stopping_the_multi30k_bench_stops_its_training_and_says_how_to_resume(t
     (run_dir,) = runs.iterdir()
     last = stderr.strip().splitlines()[-1]
     assert "Traceback" not in stderr
-    assert last == (f"error: stopped by {signum.name}; continue the run from its last completed epoch with: "
-                    f"python bench/multi30k.py en_de --resume runs/bench/multi30k_en_de/{run_dir.name}")
+    assert last == (
+        f"error: stopped by {signum.name}; continue the run from its last completed epoch with: "
+        f"python bench/multi30k.py en_de --resume runs/bench/multi30k_en_de/{run_dir.name}"
+    )
     # kmt-train's own handling of the signal ran: the weights of the moment are saved
     assert (run_dir / "checkpoints" / "interrupted.weights.h5").exists()
 
@@ -295,9 +350,22 @@ def test_the_multi30k_bench_finishes_a_resumed_run_that_had_trained_all_its_epoc
     # the row's tokens/s was kmt-train's own invocation's, none, and the bench failed with a traceback.
     run_dir = tmp_path / "runs" / "bench" / "multi30k_en_de" / "finished"
     trained = subprocess.run(
-        [sys.executable, "-m", "kmt.cli.train", "experiment=multi30k_en_de", "debug=smoke", "data.download=false",
-         "trainer.epochs=2", f"hydra.run.dir={run_dir}"], capture_output=True, text=True, timeout=600,
-        env=bench_env(), cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "kmt.cli.train",
+            "experiment=multi30k_en_de",
+            "debug=smoke",
+            "data.download=false",
+            "trainer.epochs=2",
+            f"hydra.run.dir={run_dir}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=bench_env(),
+        cwd=tmp_path,
+    )
     assert trained.returncode == 0, trained.stderr[-2000:]
     metrics = json.loads((run_dir / "metrics.json").read_text())["train"]
     result = run_bench("multi30k", "en_de", "--resume", "runs/bench/multi30k_en_de/finished", cwd=tmp_path)
@@ -317,8 +385,10 @@ def multi30k_upstream(root, tok=True):
     corpus = Path(os.environ["KMT_DATA_DIR"]) / "multi30k"
     for stem, lines in [("train", 64), ("val", 16), ("test_2016_flickr", 16)]:
         for lang in ("en", "de"):
-            for name, upstream in [(f"{stem}.{lang}", f"raw/{stem}.{lang}.gz"),
-                                   (f"tok/{stem}.lc.norm.tok.{lang}", f"tok/{stem}.lc.norm.tok.{lang}")]:
+            for name, upstream in [
+                (f"{stem}.{lang}", f"raw/{stem}.{lang}.gz"),
+                (f"tok/{stem}.lc.norm.tok.{lang}", f"tok/{stem}.lc.norm.tok.{lang}"),
+            ]:
                 if upstream.startswith("tok/") and not tok:
                     continue
                 with open(corpus / name, "rb") as f:
@@ -346,8 +416,7 @@ TOK = [f"tok/{stem}.lc.norm.tok.{lang}" for stem in ("test_2016_flickr", "train"
 
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
-def test_the_multi30k_bench_fetches_what_it_trains_on_and_scores_against_before_training(tmp_path, monkeypatch,
-                                                                                         capsys):
+def test_the_multi30k_bench_fetches_what_it_trains_on_and_scores_against_before_training(tmp_path, monkeypatch, capsys):
     # Before, only kmt-train fetched, and only the files it trains on: the bench found no tok/ references to score
     # against once training had ended.
     url = multi30k_upstream(tmp_path / "upstream")
@@ -360,9 +429,18 @@ def test_the_multi30k_bench_fetches_what_it_trains_on_and_scores_against_before_
     assert multi30k.prepare_corpus(multi30k.recipe("en_de", []), "en_de", tok_data=False) == str(tmp_path / "data")
     assert files_under(folder) == sorted([*RAW, "tok/test_2016_flickr.lc.norm.tok.de"])
     assert all((folder / name).read_bytes() == upstream_text(url, name) for name in files_under(folder))
-    assert capsys.readouterr().out.splitlines() == [f"fetched {folder / name}" for name in [
-        "train.en", "train.de", "val.en", "val.de", "test_2016_flickr.en", "test_2016_flickr.de",
-        "tok/test_2016_flickr.lc.norm.tok.de"]]
+    assert capsys.readouterr().out.splitlines() == [
+        f"fetched {folder / name}"
+        for name in [
+            "train.en",
+            "train.de",
+            "val.en",
+            "val.de",
+            "test_2016_flickr.en",
+            "test_2016_flickr.de",
+            "tok/test_2016_flickr.lc.norm.tok.de",
+        ]
+    ]
     # --tok-data trains on the tok/ copies and still scores against the raw references: only tok/ is left to fetch.
     cfg = multi30k.recipe("en_de", ["data.tokenized=true"])
     multi30k.prepare_corpus(cfg, "en_de", tok_data=True)
@@ -380,8 +458,9 @@ def test_the_multi30k_bench_fetches_what_it_trains_on_and_scores_against_before_
 def test_the_multi30k_bench_runs_on_a_fresh_machine_from_the_upstream_alone(tmp_path):
     url = multi30k_upstream(tmp_path / "upstream")
     data = tmp_path / "data"
-    result = run_bench("multi30k", "en_de", "debug=smoke", cwd=tmp_path,
-                       env={"KMT_DATA_DIR": str(data), "KMT_MULTI30K_URL": url})
+    result = run_bench(
+        "multi30k", "en_de", "debug=smoke", cwd=tmp_path, env={"KMT_DATA_DIR": str(data), "KMT_MULTI30K_URL": url}
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     row = json.loads(result.stdout.strip().splitlines()[-1])
     assert row["epochs"] == 1 and 0 <= row["tokenized_bleu"] <= 100 and 0 <= row["sacrebleu"] <= 100
@@ -389,13 +468,17 @@ def test_the_multi30k_bench_runs_on_a_fresh_machine_from_the_upstream_alone(tmp_
 
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
-@pytest.mark.parametrize("flags, missing", [([], "test_2016_flickr.lc.norm.tok.de"),
-                                            (["--tok-data"], "train.lc.norm.tok.en")], ids=["raw", "tok-data"])
+@pytest.mark.parametrize(
+    "flags, missing",
+    [([], "test_2016_flickr.lc.norm.tok.de"), (["--tok-data"], "train.lc.norm.tok.en")],
+    ids=["raw", "tok-data"],
+)
 def test_a_reference_the_upstream_lacks_stops_the_multi30k_bench_before_training(tmp_path, flags, missing):
     url = multi30k_upstream(tmp_path / "upstream", tok=False)
     data = tmp_path / "data"
-    result = run_bench("multi30k", "en_de", *flags, cwd=tmp_path,
-                       env={"KMT_DATA_DIR": str(data), "KMT_MULTI30K_URL": url})
+    result = run_bench(
+        "multi30k", "en_de", *flags, cwd=tmp_path, env={"KMT_DATA_DIR": str(data), "KMT_MULTI30K_URL": url}
+    )
     assert result.returncode != 0
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"error: could not download {url}/data/task1/tok/{missing} (URLError: "), line
@@ -428,7 +511,7 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path, mu
     # The GPU machines have JAX but no TensorFlow: here `import tensorflow` fails in `train` as it would there.
     no_tensorflow = tmp_path / "no_tensorflow" / "tensorflow"
     no_tensorflow.mkdir(parents=True)
-    (no_tensorflow / "__init__.py").write_text('raise ImportError("No module named \'tensorflow\'")\n')
+    (no_tensorflow / "__init__.py").write_text("raise ImportError(\"No module named 'tensorflow'\")\n")
     python_path = os.pathsep.join(filter(None, [str(no_tensorflow.parent), os.environ.get("PYTHONPATH")]))
     # XLA's full optimization, as on a GPU box: the JAX search is compared with the SavedModel's on long, barely
     # trained outputs, where level 0's different rounding can turn a near-tie the other way.
@@ -436,13 +519,32 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path, mu
     # Tiny and quick: fixed bucket edges (a dozen shapes for XLA to compile), float32 on the CPU, a beam of 3, and
     # 12 epochs (the first compiles; a few epochs in, the model translates every val sentence to nothing), without
     # the recipe's subword sampling (the batcher's sampled passes in fixed shapes: tests/test_batches.py).
-    result = run_bench("multi30k_jax", "prepare", "en_de", "--out", str(prepared), "debug=smoke", "data.download=false",
-                       "trainer.precision=float32", "data.bucket_width=0", "data.subword_sampling=0",
-                       "decode.beam_size=3", "decode.length_penalty=1.0")
+    result = run_bench(
+        "multi30k_jax",
+        "prepare",
+        "en_de",
+        "--out",
+        str(prepared),
+        "debug=smoke",
+        "data.download=false",
+        "trainer.precision=float32",
+        "data.bucket_width=0",
+        "data.subword_sampling=0",
+        "decode.beam_size=3",
+        "decode.length_penalty=1.0",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (prepared / "meta.json").is_file() and (prepared / "train.source.ids").is_file()
-    training = run_bench("multi30k_jax", "train", str(prepared), "--out", str(run), "trainer.epochs=12",
-                         "trainer.average_last=2", env=jax_env)
+    training = run_bench(
+        "multi30k_jax",
+        "train",
+        str(prepared),
+        "--out",
+        str(run),
+        "trainer.epochs=12",
+        "trainer.average_last=2",
+        env=jax_env,
+    )
     assert training.returncode == 0, training.stderr[-3000:]
     figures = json.loads(training.stdout.strip().splitlines()[-1])
     metrics = json.loads((run / "metrics.json").read_text())
@@ -467,8 +569,20 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path, mu
     # of a barely trained model, the SavedModel's `score` signature must rate the two translations alike.
     sources = multi30k_head / "multi30k" / "val.en"
     translated = subprocess.run(
-        [sys.executable, "-c", JAX_TRANSLATE, str(run), str(run / "checkpoints" / "average_last2.weights.h5"),
-         str(sources)], capture_output=True, text=True, env=bench_env() | jax_env, timeout=600, cwd=BENCH.parent)
+        [
+            sys.executable,
+            "-c",
+            JAX_TRANSLATE,
+            str(run),
+            str(run / "checkpoints" / "average_last2.weights.h5"),
+            str(sources),
+        ],
+        capture_output=True,
+        text=True,
+        env=bench_env() | jax_env,
+        timeout=600,
+        cwd=BENCH.parent,
+    )
     assert translated.returncode == 0, translated.stderr[-3000:]
     device = json.loads(translated.stdout.strip().splitlines()[-1])
     saved_model = (run / "val.hyp.de").read_text(encoding="utf-8").splitlines()
@@ -485,7 +599,9 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path, mu
         pairs = [(lines[i], hypotheses[i]) for hypotheses in (device, saved_model) for i in differ]
         scores = [score.log_probability for score in load_translator(run / "export").score(*zip(*pairs))]
         assert all(abs(a - b) <= 1e-5 for a, b in zip(scores[: len(differ)], scores[len(differ) :])), (
-            [(device[i], saved_model[i]) for i in differ], scores)
+            [(device[i], saved_model[i]) for i in differ],
+            scores,
+        )
 
 
 def test_the_jax_bench_turns_bad_input_into_one_line(tmp_path):
@@ -499,8 +615,10 @@ def test_the_jax_bench_turns_bad_input_into_one_line(tmp_path):
     assert result.stderr.strip().splitlines()[-1].endswith("unrecognized arguments: --epochs 3")
     result = run_bench("multi30k_jax", "train", str(tmp_path), "--out", str(tmp_path / "o"))
     assert result.returncode == 1 and result.stderr.strip().splitlines()[-1] == (
-        f"error: {tmp_path} is not a `prepare` directory (no meta.json and .hydra/overrides.yaml)")
+        f"error: {tmp_path} is not a `prepare` directory (no meta.json and .hydra/overrides.yaml)"
+    )
     result = run_bench("multi30k_jax", "finish", str(tmp_path))
     assert result.returncode == 1 and result.stderr.strip().splitlines()[-1] == (
-        f"error: {tmp_path} holds no metrics.json and bench.json: pass the run directory `train --out` finished")
+        f"error: {tmp_path} holds no metrics.json and bench.json: pass the run directory `train --out` finished"
+    )
     assert not (tmp_path / "o").exists()

@@ -14,8 +14,14 @@ SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "prepared_data.py"
 
 def run_bench(*args):
     env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=600, env=env,
-                          cwd=SCRIPT.parents[1])
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=SCRIPT.parents[1],
+    )
 
 
 def report_of(result):
@@ -46,15 +52,30 @@ def test_memory_part_prepares_the_synthetic_corpus_with_a_reused_vocabulary():
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
 def test_throughput_and_prepare_parts_measure_both_pipelines_on_the_same_pairs():
-    report = report_of(run_bench("--parts", "throughput,prepare", "--steps", "2", "--repeats", "1", "debug=smoke",
-                                 "data.download=false", "data.limit=120"))
+    report = report_of(
+        run_bench(
+            "--parts",
+            "throughput,prepare",
+            "--steps",
+            "2",
+            "--repeats",
+            "1",
+            "debug=smoke",
+            "data.download=false",
+            "data.limit=120",
+        )
+    )
     rows = report["throughput"]["rows"]
     assert [(row["variant"], row["pipeline"]) for row in rows] == [
-        ("subword sampling (alpha 0.5)", "today"), ("subword sampling (alpha 0.5)", "prepared"),
-        ("best segmentation", "today"), ("best segmentation", "prepared")]
+        ("subword sampling (alpha 0.5)", "today"),
+        ("subword sampling (alpha 0.5)", "prepared"),
+        ("best segmentation", "today"),
+        ("best segmentation", "prepared"),
+    ]
     for row in rows:
         assert row["steps"] == 2 <= row["epoch_steps"] and row["tokens"] > 0 and row["tokens_per_second"] > 0
-    assert [r["ratio"] for r in report["throughput"]["ratios"]] == [r["ratio"] for r in rows if r["pipeline"] ==
-                                                                     "prepared"]
+    assert [r["ratio"] for r in report["throughput"]["ratios"]] == [
+        r["ratio"] for r in rows if r["pipeline"] == "prepared"
+    ]
     prepared = report["prepare"]
     assert prepared["pairs"].startswith("train ") and 0 < prepared["shard_bytes"] < prepared["directory_bytes"]

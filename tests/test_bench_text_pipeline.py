@@ -35,8 +35,12 @@ def varied_split(vocabularies, pairs, seed):
     """`pairs` random pairs of 1-7 words a side, so their lengths spread over several buckets."""
     rng = np.random.default_rng(seed)
     words = lambda letters: " ".join(rng.choice(list(letters), size=rng.integers(1, 8)))  # noqa: E731
-    return encode_split("train", ParallelText([words("abcdefg") for _ in range(pairs)],
-                                              [words("xyzw") for _ in range(pairs)]), vocabularies, max_length=16)
+    return encode_split(
+        "train",
+        ParallelText([words("abcdefg") for _ in range(pairs)], [words("xyzw") for _ in range(pairs)]),
+        vocabularies,
+        max_length=16,
+    )
 
 
 def test_empty_and_over_long_pairs_are_dropped_and_counted(split):
@@ -57,8 +61,9 @@ def test_decoder_input_is_shifted_right_behind_a_start_token(split):
 @pytest.mark.parametrize("bucket_width", [0, 1, 3])
 @pytest.mark.parametrize("max_tokens, batch_size", [(40, 0), (0, 7)])
 def test_batches_respect_the_budget_and_the_count_is_exact(split, max_tokens, batch_size, bucket_width):
-    dataset = make_dataset(split, max_length=16, max_tokens=max_tokens, batch_size=batch_size or 64,
-                           bucket_width=bucket_width)
+    dataset = make_dataset(
+        split, max_length=16, max_tokens=max_tokens, batch_size=batch_size or 64, bucket_width=bucket_width
+    )
     batches = list(dataset)
     count = count_batches(split, 16, max_tokens, batch_size or 64, bucket_width)
     assert len(batches) == count == dataset.cardinality()
@@ -99,8 +104,12 @@ def test_bucket_edges_step_by_the_width_and_end_past_the_longest_sequence():
 
 def test_buckets_one_token_wide_batch_only_pairs_of_one_length(vocabularies):
     varied = varied_split(vocabularies, 80, seed=1)
-    lengths = lambda batch: {max(int((s != 0).sum()), int((t != 0).sum()))  # noqa: E731  (target_out = target_in)
-                             for s, t in zip(batch[0]["source"].numpy(), batch[1].numpy())}
+
+    def lengths(batch):  # target_out = target_in
+        return {
+            max(int((s != 0).sum()), int((t != 0).sum())) for s, t in zip(batch[0]["source"].numpy(), batch[1].numpy())
+        }
+
     exact = list(make_dataset(varied, max_length=16, max_tokens=40, bucket_width=1))
     assert all(len(lengths(batch)) == 1 for batch in exact)
     assert sum(len(batch[1]) for batch in exact) == len(varied)
@@ -123,8 +132,15 @@ def test_an_epoch_of_a_repeated_stream_is_one_pass_over_the_pairs(vocabularies):
 
 def test_subword_sampling_resegments_every_pass_within_the_length_limit(vocabularies):
     varied = varied_split(vocabularies, 80, seed=3)
-    stream = make_dataset(varied, 16, max_tokens=64, shuffle=True, seed=0, repeat=True,
-                          resegment=subword_sampler(vocabularies, 0.1, seed=0))
+    stream = make_dataset(
+        varied,
+        16,
+        max_tokens=64,
+        shuffle=True,
+        seed=0,
+        repeat=True,
+        resegment=subword_sampler(vocabularies, 0.1, seed=0),
+    )
     pairs = {}  # source text -> the segmentations drawn for it
     for features, _ in stream.take(60):
         source, target_in = features["source"].numpy(), features["target_in"].numpy()
@@ -148,8 +164,15 @@ def test_a_subword_sampling_stream_is_the_same_for_the_same_seed(vocabularies, m
     varied = varied_split(vocabularies, 80, seed=3)
 
     def batches(sampling_seed):
-        stream = make_dataset(varied, 16, max_tokens=64, shuffle=True, seed=1, repeat=True,
-                              resegment=subword_sampler(vocabularies, 0.1, sampling_seed))
+        stream = make_dataset(
+            varied,
+            16,
+            max_tokens=64,
+            shuffle=True,
+            seed=1,
+            repeat=True,
+            resegment=subword_sampler(vocabularies, 0.1, sampling_seed),
+        )
         return [(f["source"].numpy().tolist(), target.numpy().tolist()) for f, target in stream.take(60)]
 
     assert batches(1) == batches(1)
@@ -160,8 +183,16 @@ def test_a_resumed_stream_goes_on_where_the_skipped_batches_end(vocabularies):
     varied = varied_split(vocabularies, 80, seed=3)
 
     def batches(skip, take):
-        stream = make_dataset(varied, 16, max_tokens=64, shuffle=True, seed=1, repeat=True, skip=skip,
-                              resegment=subword_sampler(vocabularies, 0.1, seed=0))
+        stream = make_dataset(
+            varied,
+            16,
+            max_tokens=64,
+            shuffle=True,
+            seed=1,
+            repeat=True,
+            skip=skip,
+            resegment=subword_sampler(vocabularies, 0.1, seed=0),
+        )
         return [(f["source"].numpy().tolist(), target.numpy().tolist()) for f, target in stream.take(take)]
 
     whole = batches(0, 50)  # several passes: reshuffled and resampled on each
@@ -177,4 +208,5 @@ def test_batches_come_without_tf_data_autotuning_and_are_the_same_as_with_it(spl
     options.autotune.enabled = True
     batches = lambda data: [f["source"].numpy().tolist() for f, _ in data.take(12)]  # noqa: E731
     assert batches(make_dataset(split, max_length=16, batch_size=4, **stream)) == batches(
-        make_dataset(split, max_length=16, batch_size=4, **stream).with_options(options))
+        make_dataset(split, max_length=16, batch_size=4, **stream).with_options(options)
+    )

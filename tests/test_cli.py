@@ -19,8 +19,9 @@ pytestmark = pytest.mark.slow
 
 def test_translate_keeps_lines_aligned(smoke_run):
     lines = ["Tuesday, March 5, 1996", "", "   ", "5 june 2001", "z" * 10_000, "😀"] + ["1 May 1990"] * 100
-    result = run_cli("translate", smoke_run / "export", "--batch-size", "4", "--buffer-size", "7",
-                     input="\n".join(lines) + "\n")
+    result = run_cli(
+        "translate", smoke_run / "export", "--batch-size", "4", "--buffer-size", "7", input="\n".join(lines) + "\n"
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     outputs = result.stdout.split("\n")[:-1]
     assert len(outputs) == len(lines)
@@ -32,8 +33,13 @@ def test_translate_answers_each_line_at_a_terminal(smoke_run):
     """Interactive use: with stdin a terminal, each line's translation is written before the next line is typed."""
     primary, secondary = pty.openpty()
     env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"}  # stdout is a pipe and stays block-buffered: kmt must flush
-    process = subprocess.Popen([sys.executable, "-m", "kmt.cli.translate", str(smoke_run / "export")],
-                               stdin=secondary, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kmt.cli.translate", str(smoke_run / "export")],
+        stdin=secondary,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     os.close(secondary)
     try:
         answers = []
@@ -55,9 +61,21 @@ def test_translate_answers_each_line_at_a_terminal(smoke_run):
 def test_translate_stops_quietly_when_its_reader_leaves(smoke_run, tmp_path):
     (tmp_path / "in.txt").write_text("Tuesday, March 5, 1996\n" * 200)
     env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"}
-    process = subprocess.Popen([sys.executable, "-m", "kmt.cli.translate", str(smoke_run / "export"), "--input",
-                                str(tmp_path / "in.txt"), "--buffer-size", "1"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kmt.cli.translate",
+            str(smoke_run / "export"),
+            "--input",
+            str(tmp_path / "in.txt"),
+            "--buffer-size",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     assert process.stdout.readline().endswith(b"\n")
     process.stdout.close()  # `kmt-translate ... | head -1`
     assert process.wait(timeout=120) == 141
@@ -92,8 +110,19 @@ def test_evaluate_prints_sacrebleu_scores_with_signatures(smoke_run, tmp_path):
     source, reference = tmp_path / "test.src", tmp_path / "test.tgt"
     source.write_text("Tuesday, March 5, 1996\n5 june 2001\n")
     reference.write_text("1996-03-05\n2001-06-05\n")
-    result = run_cli("evaluate", smoke_run / "export", "--source", source, "--reference", reference,
-                     "--tokenized-reference", reference, "--lang", "en", "--json")
+    result = run_cli(
+        "evaluate",
+        smoke_run / "export",
+        "--source",
+        source,
+        "--reference",
+        reference,
+        "--tokenized-reference",
+        reference,
+        "--lang",
+        "en",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     scores = json.loads(result.stdout.strip().splitlines()[-1])
     assert scores["sentences"] == 2 and 0 <= scores["bleu"] <= 100 and 0 <= scores["chrf"] <= 100
@@ -112,8 +141,9 @@ def test_evaluate_compares_systems_with_paired_bootstrap(smoke_run, tmp_path):
     source.write_text("".join(f"{s}\n" for s, _ in pairs))
     reference.write_text("".join(f"{t}\n" for _, t in pairs))
     perfect.write_text(reference.read_text())
-    result = run_cli("evaluate", smoke_run / "export", "--source", source, "--reference", reference,
-                     "--compare", perfect, "--json")
+    result = run_cli(
+        "evaluate", smoke_run / "export", "--source", source, "--reference", reference, "--compare", perfect, "--json"
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     scores = json.loads(result.stdout.strip().splitlines()[-1])
     baseline, best = scores["compare"][str(smoke_run / "export")], scores["compare"][str(perfect)]
@@ -122,8 +152,9 @@ def test_evaluate_compares_systems_with_paired_bootstrap(smoke_run, tmp_path):
     assert "bs:1000" in scores["compare_signatures"]["bleu"]
     short = tmp_path / "short.txt"
     short.write_text("1996-03-05\n")
-    mismatched = run_cli("evaluate", smoke_run / "export", "--source", source, "--reference", reference,
-                         "--compare", short)
+    mismatched = run_cli(
+        "evaluate", smoke_run / "export", "--source", source, "--reference", reference, "--compare", short
+    )
     assert mismatched.returncode == 2
     assert mismatched.stderr.strip().splitlines()[-1] == f"error: {short} has 1 lines but {source} has 60"
 
@@ -134,11 +165,31 @@ def test_evaluate_tokenizes_references_that_have_no_tokenized_copy(smoke_run, tm
     source, reference = tmp_path / "test.source.txt", tmp_path / "test.target.txt"
     source.write_text("Tuesday, March 5, 1996\n5 june 2001\n")
     reference.write_text("A Dog, Running.\nDon't stop: it's 5 o'clock!\n")
-    status, line = refused(capsys, evaluate.main, smoke_run / "export", "--source", source, "--reference", reference,
-                           "--tokenize-reference")
+    status, line = refused(
+        capsys,
+        evaluate.main,
+        smoke_run / "export",
+        "--source",
+        source,
+        "--reference",
+        reference,
+        "--tokenize-reference",
+    )
     assert status == 2 and line.startswith("error: cannot tell the target language") and "--lang" in line
-    result = run_cli("evaluate", smoke_run / "export", "--source", source, "--reference", reference,
-                     "--tokenize-reference", "--lang", "en", "--compare", reference, "--json")
+    result = run_cli(
+        "evaluate",
+        smoke_run / "export",
+        "--source",
+        source,
+        "--reference",
+        reference,
+        "--tokenize-reference",
+        "--lang",
+        "en",
+        "--compare",
+        reference,
+        "--json",
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     scores = json.loads(result.stdout.strip().splitlines()[-1])
     assert "tok:none" in scores["tokenized_bleu_signature"] and scores["tokenized_bleu"] < 50
@@ -152,18 +203,21 @@ def test_evaluate_needs_the_target_language_for_tokenized_bleu(tmp_path, capsys)
     for name in ("test.source.txt", "test.target.txt", "test.lc.tok.txt"):
         (tmp_path / name).write_text("I don't know.\n")
     files = ["--source", tmp_path / "test.source.txt", "--reference", tmp_path / "test.target.txt"]
-    status, line = refused(capsys, evaluate.main, tmp_path / "no_export", *files,
-                           "--tokenized-reference", tmp_path / "test.lc.tok.txt")
+    status, line = refused(
+        capsys, evaluate.main, tmp_path / "no_export", *files, "--tokenized-reference", tmp_path / "test.lc.tok.txt"
+    )
     assert status == 2 and line.startswith("error: cannot tell the target language") and "--lang" in line
-    args = evaluate.parse_args([str(tmp_path / "e"), "--source", "a.es", "--reference", "b.txt",
-                                "--tokenized-reference", "tok/b.lc.tok.en"])
+    args = evaluate.parse_args(
+        [str(tmp_path / "e"), "--source", "a.es", "--reference", "b.txt", "--tokenized-reference", "tok/b.lc.tok.en"]
+    )
     assert evaluate.moses_language(args) == "en"
     args.reference, args.lang = "test_2016_flickr.de", None
     assert evaluate.moses_language(args) == "de"
     args.lang = "cs"
     assert evaluate.moses_language(args) == "cs"
-    status, line = refused(capsys, evaluate.main, tmp_path / "no_export", *files,
-                           "--tokenize-reference", "--lang", "english")
+    status, line = refused(
+        capsys, evaluate.main, tmp_path / "no_export", *files, "--tokenize-reference", "--lang", "english"
+    )
     assert status == 2 and line.startswith("error: --lang english: Moses has no tokenization rules") and " en," in line
 
 
@@ -180,8 +234,9 @@ def test_export_rebuilds_from_a_checkpoint(smoke_run, tmp_path, capsys):
     result = run_cli("export", smoke_run, "--checkpoint", "best", "--output", tmp_path / "best", "--beam-size", "2")
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "best" / "saved_model.pb").exists()
-    translated = run_cli("translate", tmp_path / "best", "--nbest", "2", "--scores", input="Tuesday, March 5, 1996\n\n",
-                         native_logs=True)
+    translated = run_cli(
+        "translate", tmp_path / "best", "--nbest", "2", "--scores", input="Tuesday, March 5, 1996\n\n", native_logs=True
+    )
     assert translated.returncode == 0, translated.stderr[-2000:]
     assert translated.stderr == ""  # at kmt's log level beam search logs nothing (it once made oneDNN log an error)
     nbest = [line.split("\t") for line in translated.stdout.splitlines()]  # 2 lines per input line, best first
@@ -219,8 +274,10 @@ def test_export_ensembles_runs_that_share_a_vocabulary(smoke_run, tmp_path, caps
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.splitlines()[-1] == f"exported {smoke_run}:last + {other}:last to {tmp_path / 'ensemble'}"
     lines = "Tuesday, March 5, 1996\n5 june 2001\n\n"
-    ensemble, single = (run_cli("translate", export, "--scores", input=lines)
-                        for export in (tmp_path / "ensemble", smoke_run / "export"))
+    ensemble, single = (
+        run_cli("translate", export, "--scores", input=lines)
+        for export in (tmp_path / "ensemble", smoke_run / "export")
+    )
     assert ensemble.returncode == 0, ensemble.stderr[-2000:]
     assert len(ensemble.stdout.splitlines()) == 3 and ensemble.stdout.splitlines()[2] == "0.0000\t"
     assert ensemble.stdout != single.stdout  # both runs' models decode (the smoke run's export is greedy too)
@@ -229,8 +286,9 @@ def test_export_ensembles_runs_that_share_a_vocabulary(smoke_run, tmp_path, caps
     tokenizer = train_tokenizer(["a vocabulary of other words", "trained on other text"], vocab_size=40)
     Vocabularies(tokenizer, tokenizer).save(stranger / "tokenizer")
     assert refused(capsys, export.main, smoke_run, "--ensemble", other, stranger, "--output", tmp_path / "no") == (
-        2, f"error: ensemble: {stranger} has another vocabulary than {smoke_run}; an ensemble's runs must share one "
-           "(train them on the same data with the same data.tokenizer settings)"
+        2,
+        f"error: ensemble: {stranger} has another vocabulary than {smoke_run}; an ensemble's runs must share one "
+        "(train them on the same data with the same data.tokenizer settings)",
     )
     weights_file = smoke_run / "checkpoints" / "best.weights.h5"
     status, line = refused(capsys, export.main, smoke_run, "--ensemble", other, "--checkpoint", weights_file)
@@ -241,17 +299,36 @@ def test_export_ensembles_runs_that_share_a_vocabulary(smoke_run, tmp_path, caps
 def test_export_samples_for_back_translation(smoke_run, tmp_path, capsys):
     from kmt.cli import export
 
-    result = run_cli("export", smoke_run, "--sampling-topk", "0", "--sampling-temperature", "1.5",
-                     "--sampling-topp", "0.95", "--output", tmp_path / "sample")
+    result = run_cli(
+        "export",
+        smoke_run,
+        "--sampling-topk",
+        "0",
+        "--sampling-temperature",
+        "1.5",
+        "--sampling-topp",
+        "0.95",
+        "--output",
+        tmp_path / "sample",
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     translated = run_cli("translate", tmp_path / "sample", input="Tuesday, March 5, 1996\n" * 20)
     assert translated.returncode == 0, translated.stderr[-2000:]
     assert len(set(translated.stdout.splitlines())) > 1  # 20 draws from an undertrained model's distribution
-    both = refused(capsys, export.main, smoke_run, "--sampling-topk", "0", "--beam-size", "4", "--average", "2",
-                   "--output", tmp_path / "no")
-    assert both == (
-        2, "error: sampling_topk samples with beam_size=1 only. Received: sampling_topk=0, beam_size=4"
+    both = refused(
+        capsys,
+        export.main,
+        smoke_run,
+        "--sampling-topk",
+        "0",
+        "--beam-size",
+        "4",
+        "--average",
+        "2",
+        "--output",
+        tmp_path / "no",
     )
+    assert both == (2, "error: sampling_topk samples with beam_size=1 only. Received: sampling_topk=0, beam_size=4")
     assert not (smoke_run / "checkpoints" / "average_last2.weights.h5").exists()  # refused before any work
 
 
@@ -276,8 +353,13 @@ def test_a_run_saved_before_an_option_existed_gets_its_default(smoke_run, tmp_pa
 
 
 def test_translate_saves_cross_attention_heatmaps(smoke_run, tmp_path):
-    result = run_cli("translate", smoke_run / "export", "--attention-plots", tmp_path / "plots",
-                     input="Tuesday, March 5, 1996\n\nthe 3rd of june 2031\n")
+    result = run_cli(
+        "translate",
+        smoke_run / "export",
+        "--attention-plots",
+        tmp_path / "plots",
+        input="Tuesday, March 5, 1996\n\nthe 3rd of june 2031\n",
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     plots = sorted(p.name for p in (tmp_path / "plots").iterdir())
     assert plots == ["attention_0.png", "attention_2.png"]  # the empty line has nothing to plot
@@ -285,8 +367,18 @@ def test_translate_saves_cross_attention_heatmaps(smoke_run, tmp_path):
 
 
 def test_saved_model_cli_run_translates(smoke_run):
-    result = run_cli("saved_model_cli", "run", "--dir", smoke_run / "export", "--tag_set", "serve",
-                     "--signature_def", "translate", "--input_exprs", 'text=["Tuesday, March 5, 1996", ""]')
+    result = run_cli(
+        "saved_model_cli",
+        "run",
+        "--dir",
+        smoke_run / "export",
+        "--tag_set",
+        "serve",
+        "--signature_def",
+        "translate",
+        "--input_exprs",
+        'text=["Tuesday, March 5, 1996", ""]',
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     output = result.stdout.split("Result for output key translation:")[1].strip().splitlines()[0]
     assert output.startswith("[b'") and output.endswith("b'']")  # one translation, then the empty input's
@@ -297,13 +389,24 @@ def test_score_writes_log_probabilities_and_perplexity(smoke_run, tmp_path):
     source.write_text("Tuesday, March 5, 1996\n5 june 2001\n\n1 May 1990\n" + "z" * 3000 + "\n1 May 1990\n")
     target.write_text("1996-03-05\n2001-06-05\n2000-01-01\n1990-05-01\n1990-01-01\n\n")
     total = run_cli("score", smoke_run / "export", "--source", source, "--target", target)
-    per_token = run_cli("score", smoke_run / "export", "--source", source, "--target", target, "--per-token",
-                        "--output", tmp_path / "scores.txt")
+    per_token = run_cli(
+        "score",
+        smoke_run / "export",
+        "--source",
+        source,
+        "--target",
+        target,
+        "--per-token",
+        "--output",
+        tmp_path / "scores.txt",
+    )
     for result in (total, per_token):  # lines 3 (empty source) and 5 (over-long) are not scored: exit 1, one line
         assert result.returncode == 1, result.stderr[-2000:]
         error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-        assert error == ["error: 2 of 6 pairs were not scored, their lines read nan: an empty source (lines 3); a "
-                         "side longer than the model's maximum length (lines 5); the other scores were written"]
+        assert error == [
+            "error: 2 of 6 pairs were not scored, their lines read nan: an empty source (lines 3); a "
+            "side longer than the model's maximum length (lines 5); the other scores were written"
+        ]
     sums = [float(line) for line in total.stdout.splitlines()]
     means = [float(line) for line in (tmp_path / "scores.txt").read_text().splitlines()]
     assert len(sums) == len(means) == 6 and math.isnan(sums[2]) and math.isnan(sums[4]) and math.isnan(means[4])
@@ -320,7 +423,6 @@ def test_score_writes_log_probabilities_and_perplexity(smoke_run, tmp_path):
     assert alone.returncode == 0 and float(alone.stdout) == pytest.approx(sums[0], abs=1e-3)  # batch-independent
     mismatched = run_cli("score", smoke_run / "export", "--source", source, "--target", tmp_path / "one.tgt")
     assert mismatched.returncode == 2 and mismatched.stderr.count("\n") == 1 and "lines" in mismatched.stderr
-
 
 
 def _console_scripts():
@@ -350,8 +452,14 @@ def test_a_reader_that_stops_early_ends_a_console_script_quietly(script):
     read, write = os.pipe()
     os.close(read)
     try:
-        result = subprocess.run([sys.executable, "-m", _console_scripts()[script][0], "--help"], stdout=write,
-                                stderr=subprocess.PIPE, text=True, timeout=120, env=env | {"TF_CPP_MIN_LOG_LEVEL": "3"})
+        result = subprocess.run(
+            [sys.executable, "-m", _console_scripts()[script][0], "--help"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            env=env | {"TF_CPP_MIN_LOG_LEVEL": "3"},
+        )
     finally:
         os.close(write)
     assert result.returncode == 1 and result.stderr == "", result.stderr[-2000:]

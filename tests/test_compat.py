@@ -19,7 +19,6 @@ from kmt.inference.loading import load_translator  # noqa: E402
 from kmt.inference.settings import SearchSettings  # noqa: E402
 from kmt.inference.translator import TranslatorModule  # noqa: E402
 from kmt.inference.translators import Hypothesis, KerasTranslator, SavedModelTranslator  # noqa: E402
-from kmt.tokenizer import Vocabularies  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "fixtures" / "pre57"
 RECORD = json.loads((FIXTURE / "translations.json").read_text(encoding="utf-8"))

@@ -52,14 +52,18 @@ def test_default_options_restate_nothing(option):
 
 
 @pytest.mark.parametrize(
-    "path", [path for group in (*SCHEMA_GROUPS, "debug") for path in sorted((CONF / group).glob("*.yaml"))],
+    "path",
+    [path for group in (*SCHEMA_GROUPS, "debug") for path in sorted((CONF / group).glob("*.yaml"))],
     ids=lambda path: f"{path.parent.name}/{path.stem}",
 )
 def test_options_set_only_what_differs_from_the_schema(path):
     group = path.parent.name
     defaults = composed() if group == "debug" else composed()[group]  # debug options are `@package _global_`
-    restated = {key: value for key, value in leaves(OmegaConf.load(path)).items()
-                if OmegaConf.select(defaults, key, default=KeyError) == value}
+    restated = {
+        key: value
+        for key, value in leaves(OmegaConf.load(path)).items()
+        if OmegaConf.select(defaults, key, default=KeyError) == value
+    }
     assert not restated, f"{group}/{path.name} restates the schema's defaults: {restated}"
 
 
@@ -73,8 +77,11 @@ def test_experiments_are_short_global_overrides(path):
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda path: path.stem)
 def test_experiments_restate_nothing_their_groups_set(path):
     recipe = OmegaConf.load(path)
-    picks = [f"{key.split()[-1].lstrip('/')}={value}"  # `override /model: small` -> model=small
-             for item in recipe.pop("defaults", []) for key, value in item.items()]
+    picks = [
+        f"{key.split()[-1].lstrip('/')}={value}"  # `override /model: small` -> model=small
+        for item in recipe.pop("defaults", [])
+        for key, value in item.items()
+    ]
     groups = composed(*picks)  # the groups the recipe picks, without its own values
     restated = {key: value for key, value in leaves(recipe).items() if OmegaConf.select(groups, key) == value}
     assert not restated, f"{path.name} restates what {', '.join(picks) or 'its groups'} already set: {restated}"

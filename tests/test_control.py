@@ -148,8 +148,12 @@ def _constant_fit(run_dir, epochs, patience):
     x, y = np.ones((4, 2), "float32"), np.ones((4, 1), "float32")
     ran = []
     counter = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: ran.append(epoch))
-    callbacks = [AtomicBackupAndRestore(run_dir / "backup"), EpochCheckpoint(run_dir, monitor="val_loss"),
-                 EarlyStopping(run_dir, monitor="val_loss", patience=patience), counter]
+    callbacks = [
+        AtomicBackupAndRestore(run_dir / "backup"),
+        EpochCheckpoint(run_dir, monitor="val_loss"),
+        EarlyStopping(run_dir, monitor="val_loss", patience=patience),
+        counter,
+    ]
     model.fit(x, y, validation_data=(x, y), batch_size=2, epochs=epochs, callbacks=callbacks, verbose=0)
     return ran
 

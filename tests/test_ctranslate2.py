@@ -15,20 +15,30 @@ from kmt.cli import export as export_cli
 from kmt.cli import translate as translate_cli
 from kmt.data.dates import generate_date_pairs
 from kmt.inference.ctranslate2 import CT2Translator, export_ctranslate2
+from kmt.inference.decoding import search_ids
 from kmt.inference.settings import SearchSettings
 from kmt.inference.translators import KerasTranslator
-from kmt.inference.decoding import search_ids
 from kmt.models import Transformer
 from kmt.special_ids import END_ID, PAD_ID
 from kmt.tokenizer import Vocabularies
 from tests.helpers import refused, run_cli
 
 # Only the optional third-party library may be missing (the `ctranslate2` extra); kmt's own module always imports.
-needs_ctranslate2 = pytest.mark.skipif(importlib.util.find_spec("ctranslate2") is None,
-                                       reason='needs CTranslate2: pip install "kmt[ctranslate2]"')
+needs_ctranslate2 = pytest.mark.skipif(
+    importlib.util.find_spec("ctranslate2") is None, reason='needs CTranslate2: pip install "kmt[ctranslate2]"'
+)
 
-DATES = ["Tuesday, March 5, 1996", "5 march 96", "12/31/1999", "the third of May 2001", "saturday april 13 2019",
-         "1 1 1", "September 30, 1845, a Tuesday, and a longer sentence after it", "", "x" * 500]
+DATES = [
+    "Tuesday, March 5, 1996",
+    "5 march 96",
+    "12/31/1999",
+    "the third of May 2001",
+    "saturday april 13 2019",
+    "1 1 1",
+    "September 30, 1845, a Tuesday, and a longer sentence after it",
+    "",
+    "x" * 500,
+]
 SEARCH = SearchSettings(beam_size=1, length_penalty=0.6, max_length_a=1.5, max_length_b=10)
 
 
@@ -40,8 +50,9 @@ def kmt_search(model, rows, max_length_a, max_length_b, beam_size=1, length_pena
     source = np.full((len(rows), max(1, *map(len, rows))), PAD_ID, np.int32)
     for i, row in enumerate(rows):
         source[i, : len(row)] = row
-    settings = SearchSettings(beam_size=beam_size, length_penalty=length_penalty, max_length_a=max_length_a,
-                              max_length_b=max_length_b)
+    settings = SearchSettings(
+        beam_size=beam_size, length_penalty=length_penalty, max_length_a=max_length_a, max_length_b=max_length_b
+    )
     tokens, scores = search_ids(model, source, settings)
     tokens, scores = keras.ops.convert_to_numpy(tokens), keras.ops.convert_to_numpy(scores)
     ids = [[int(t) for t in row if t not in (PAD_ID, END_ID)] for row in tokens]
@@ -68,8 +79,15 @@ def multi30k_run(tmp_path_factory):
     if not os.environ.get("KMT_DATA_DIR"):
         pytest.skip("needs the real corpora in $KMT_DATA_DIR")
     run_dir = tmp_path_factory.mktemp("multi30k") / "run"
-    result = run_cli("train", "debug=smoke", "data=multi30k", "data.download=false", "model.norm_first=true",
-                     "trainer.export=false", f"hydra.run.dir={run_dir}")
+    result = run_cli(
+        "train",
+        "debug=smoke",
+        "data=multi30k",
+        "data.download=false",
+        "model.norm_first=true",
+        "trainer.export=false",
+        f"hydra.run.dir={run_dir}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return run_dir
 
@@ -98,29 +116,44 @@ def test_multi30k_prenorm_run_greedy_is_kmts_token_for_token(multi30k_run, tmp_p
 
 
 @needs_ctranslate2
-@pytest.mark.parametrize("shape", [
-    dict(norm_first=True, tied_output=False),
-    dict(shared_embeddings=False, tied_output=False, learned_positions=True, num_decoder_layers=2),
-])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        dict(norm_first=True, tied_output=False),
+        dict(shared_embeddings=False, tied_output=False, learned_positions=True, num_decoder_layers=2),
+    ],
+)
 def test_other_model_shapes_convert(shape, tmp_path):
     """Untrained models (random weights) of the shapes the trained runs above do not have."""
     keras.utils.set_random_seed(1)
     pairs = generate_date_pairs(300, seed=0)
     joint = shape.get("shared_embeddings", True)
     vocabularies = Vocabularies.train([s for s, _ in pairs], [t for _, t in pairs], joint=joint, vocab_size=300)
-    model = Transformer(vocabularies.source.vocab_size, target_vocab_size=vocabularies.target.vocab_size,
-                        num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, max_length=24, **shape)
+    model = Transformer(
+        vocabularies.source.vocab_size,
+        target_vocab_size=vocabularies.target.vocab_size,
+        num_layers=1,
+        hidden_dim=16,
+        num_heads=2,
+        intermediate_dim=32,
+        max_length=24,
+        **shape,
+    )
     assert_same_greedy(model, vocabularies, DATES, tmp_path / "ct2")
     # Scoring given pairs: the log-probabilities kmt's `score_ids` gives, NaN where it gives NaN.
     targets = ["1996-03-05", "", "x", *DATES[3:]]
     expected = KerasTranslator(model, vocabularies).score(DATES, targets)
     scores = CT2Translator(tmp_path / "ct2", compute_type="float32").score(DATES, targets)
     assert [s.tokens for s in scores] == [s.tokens for s in expected]
-    np.testing.assert_allclose([s.log_probability for s in scores], [s.log_probability for s in expected],
-                               rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(
+        [s.log_probability for s in scores], [s.log_probability for s in expected], rtol=1e-4, atol=1e-3
+    )
     names = set(os.listdir(tmp_path / "ct2"))
-    assert ({"joint.model", "shared_vocabulary.json"} if joint else
-            {"source.model", "target.model", "source_vocabulary.json", "target_vocabulary.json"}) <= names
+    assert (
+        {"joint.model", "shared_vocabulary.json"}
+        if joint
+        else {"source.model", "target.model", "source_vocabulary.json", "target_vocabulary.json"}
+    ) <= names
 
 
 @needs_ctranslate2
@@ -130,8 +163,15 @@ def test_the_pad_token_is_never_emitted(tmp_path):
     keras.utils.set_random_seed(2)
     pairs = generate_date_pairs(300, seed=0)
     vocabularies = Vocabularies.train([s for s, _ in pairs], [t for _, t in pairs], joint=True, vocab_size=300)
-    model = Transformer(vocabularies.source.vocab_size, num_layers=1, hidden_dim=16, num_heads=2,
-                        intermediate_dim=32, max_length=24, tied_output=False)
+    model = Transformer(
+        vocabularies.source.vocab_size,
+        num_layers=1,
+        hidden_dim=16,
+        num_heads=2,
+        intermediate_dim=32,
+        max_length=24,
+        tied_output=False,
+    )
     bias = model.output_projection.bias
     bias.assign(keras.ops.convert_to_numpy(bias) + 3.0 * (np.arange(bias.shape[0]) == PAD_ID))
     export_ctranslate2(model, vocabularies, SEARCH, tmp_path / "ct2")
@@ -140,8 +180,12 @@ def test_the_pad_token_is_never_emitted(tmp_path):
 
     source_pieces = pieces(vocabularies.source)
     unsuppressed = CT2Translator(tmp_path / "ct2").translator.translate_batch(
-        [[source_pieces[i] for i in row] for row in rows if len(row)], beam_size=1, min_decoding_length=0,
-        max_input_length=24, max_decoding_length=24)
+        [[source_pieces[i] for i in row] for row in rows if len(row)],
+        beam_size=1,
+        min_decoding_length=0,
+        max_input_length=24,
+        max_decoding_length=24,
+    )
     assert any("<pad>" in output.hypotheses[0] for output in unsuppressed)  # pad is CTranslate2's first choice
     ids = assert_same_greedy(model, vocabularies, DATES, tmp_path / "ct2", check_scores=False)
     assert all(PAD_ID not in row for row in ids)
@@ -152,25 +196,38 @@ def test_kmt_translate_on_ctranslate2_writes_what_it_writes_on_the_saved_model(s
     source = tmp_path / "dates.txt"
     source.write_text("\n".join(DATES) + "\n", encoding="utf-8")
     for quantization in (None, "int8"):
-        export_cli.main([str(smoke_run), "--format", "ctranslate2", "--output", str(tmp_path / f"ct2_{quantization}"),
-                         *(["--quantization", quantization] if quantization else [])])
+        export_cli.main(
+            [
+                str(smoke_run),
+                "--format",
+                "ctranslate2",
+                "--output",
+                str(tmp_path / f"ct2_{quantization}"),
+                *(["--quantization", quantization] if quantization else []),
+            ]
+        )
     float32, int8 = (tmp_path / "ct2_None" / "model.bin").stat().st_size, (tmp_path / "ct2_int8" / "model.bin").stat()
     assert int8.st_size < 0.6 * float32
     outputs = {}
-    for name, directory in [("saved", smoke_run / "export"), ("ct2", tmp_path / "ct2_None"),
-                            ("int8", tmp_path / "ct2_int8")]:
+    for name, directory in [
+        ("saved", smoke_run / "export"),
+        ("ct2", tmp_path / "ct2_None"),
+        ("int8", tmp_path / "ct2_int8"),
+    ]:
         translate_cli.main([str(directory), "--input", str(source), "--output", str(tmp_path / name), "--scores"])
         outputs[name] = [line.split("\t") for line in (tmp_path / name).read_text(encoding="utf-8").splitlines()]
     assert len(outputs["ct2"]) == len(DATES) == len(outputs["int8"])
     for name in ("ct2", "int8"):  # a translation for each sentence but the empty one
         assert [bool(text.strip()) for _, text in outputs[name]] == [bool(line) for line in DATES], name
     assert [text for _, text in outputs["ct2"]] == [text for _, text in outputs["saved"]]
-    np.testing.assert_allclose([float(s) for s, _ in outputs["ct2"]], [float(s) for s, _ in outputs["saved"]],
-                               atol=2e-3)
+    np.testing.assert_allclose(
+        [float(s) for s, _ in outputs["ct2"]], [float(s) for s, _ in outputs["saved"]], atol=2e-3
+    )
     assert outputs["ct2"][DATES.index("")] == ["0.0000", ""]
     # A beam of 3 through the command line's override; CTranslate2's own length penalty, so no comparison.
-    translate_cli.main([str(tmp_path / "ct2_None"), "--input", str(source), "--output", str(tmp_path / "beam"),
-                        "--beam-size", "3"])
+    translate_cli.main(
+        [str(tmp_path / "ct2_None"), "--input", str(source), "--output", str(tmp_path / "beam"), "--beam-size", "3"]
+    )
     beam = (tmp_path / "beam").read_text(encoding="utf-8").split("\n")[:-1]
     assert [bool(text.strip()) for text in beam] == [bool(line) for line in DATES]
     code, line = refused(capsys, translate_cli.main, tmp_path / "ct2_None", "--compute-type", "int3")
@@ -181,8 +238,17 @@ def test_kmt_translate_on_ctranslate2_writes_what_it_writes_on_the_saved_model(s
 def test_bad_input_stops_in_one_line(smoke_run, tmp_path, capsys):
     code, line = refused(capsys, export_cli.main, tmp_path, "--format", "ctranslate2")
     assert code == 2 and "not a kmt run directory" in line
-    code, line = refused(capsys, export_cli.main, smoke_run, "--format", "ctranslate2", "--quantization", "int4",
-                         "--output", tmp_path / "out")
+    code, line = refused(
+        capsys,
+        export_cli.main,
+        smoke_run,
+        "--format",
+        "ctranslate2",
+        "--quantization",
+        "int4",
+        "--output",
+        tmp_path / "out",
+    )
     assert code == 2 and "unknown quantization 'int4'" in line and not (tmp_path / "out").exists()
     code, line = refused(capsys, export_cli.main, smoke_run, "--format", "onnx")
     assert code == 2 and "unknown export format 'onnx'" in line

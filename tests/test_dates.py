@@ -82,7 +82,17 @@ def test_weekday_where_shown_is_that_of_the_date(pairs):
 
 def test_ordinal_suffixes_are_correct(pairs):
     assert [ordinal(d) for d in (1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 31)] == [
-        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "23rd", "31st"
+        "1st",
+        "2nd",
+        "3rd",
+        "4th",
+        "11th",
+        "12th",
+        "13th",
+        "21st",
+        "22nd",
+        "23rd",
+        "31st",
     ]
     seen = set()
     for source, _ in pairs:

@@ -9,9 +9,9 @@ import pytest
 from keras import ops
 
 from kmt.inference.decoding import search_ids
-from kmt.inference.settings import SearchSettings
 from kmt.inference.lengths import decode_lengths
 from kmt.inference.search import beam_search, expand_to_beams, greedy_search
+from kmt.inference.settings import SearchSettings
 from kmt.inference.steps import cached_next_fn
 from tests.tiny_transformers import END, PAD, SOURCE, UNTIED_PRE_NORM, random_model, to_numpy
 

@@ -27,8 +27,12 @@ TIMEOUT = 400  # seconds any process here may take
 def steps_apart(backend, prepared, work, **env):
     """tests/distributed_steps.py's figures: 3 steps on one device and on two, the same global batch."""
     result = subprocess.run(
-        [sys.executable, "-m", "tests.distributed_steps", str(prepared), str(work)], cwd=ROOT, capture_output=True,
-        text=True, timeout=TIMEOUT, env=os.environ | {"KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"} | env,
+        [sys.executable, "-m", "tests.distributed_steps", str(prepared), str(work)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=os.environ | {"KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"} | env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -54,8 +58,19 @@ def free_port():
 
 def train_command(run_dir, prepared, *overrides):
     """kmt-train's command line for a 2-epoch smoke run from `prepared` that averages its 2 epochs' checkpoints."""
-    return [sys.executable, "-m", "kmt.cli.train", "debug=smoke", "data=prepared", f"data.path={prepared}",
-            "trainer.epochs=2", "trainer.average_last=2", "trainer.verbose=2", *overrides, f"hydra.run.dir={run_dir}"]
+    return [
+        sys.executable,
+        "-m",
+        "kmt.cli.train",
+        "debug=smoke",
+        "data=prepared",
+        f"data.path={prepared}",
+        "trainer.epochs=2",
+        "trainer.average_last=2",
+        "trainer.verbose=2",
+        *overrides,
+        f"hydra.run.dir={run_dir}",
+    ]
 
 
 def start(command, log, **env):
@@ -68,10 +83,17 @@ def start(command, log, **env):
 
 def start_workers(run_dir, prepared, logs):
     """Two JAX processes of one multi_worker run on 127.0.0.1, the same command line but for their process id."""
-    command = train_command(run_dir, prepared, "trainer.distribute=multi_worker",
-                            f"trainer.coordinator=127.0.0.1:{free_port()}", "trainer.num_processes=2")
-    return [start(command, logs / f"worker{index}.log", KERAS_BACKEND="jax", KERAS_DISTRIBUTION_PROCESS_ID=str(index))
-            for index in (0, 1)]
+    command = train_command(
+        run_dir,
+        prepared,
+        "trainer.distribute=multi_worker",
+        f"trainer.coordinator=127.0.0.1:{free_port()}",
+        "trainer.num_processes=2",
+    )
+    return [
+        start(command, logs / f"worker{index}.log", KERAS_BACKEND="jax", KERAS_DISTRIBUTION_PROCESS_ID=str(index))
+        for index in (0, 1)
+    ]
 
 
 def kill_after_first_epoch(processes, run_dir, log):
@@ -150,7 +172,8 @@ def test_mirrored_on_two_devices_runs_the_whole_command_and_resumes_after_a_kill
 
 
 def test_two_workers_train_one_model_that_only_the_chief_writes_and_after_a_kill_resume_every_epoch_once(
-        prepared_smoke, tmp_path):
+    prepared_smoke, tmp_path
+):
     run_dir, logs = tmp_path / "run", [tmp_path / "worker0.log", tmp_path / "worker1.log"]
     kill_after_first_epoch(start_workers(run_dir, prepared_smoke, tmp_path)[::-1], run_dir, logs[0])
 
@@ -164,19 +187,40 @@ def test_two_workers_train_one_model_that_only_the_chief_writes_and_after_a_kill
     assert "this is process 1" in texts[1] and "val: loss" not in texts[1]  # it scores nothing either
 
 
-@pytest.mark.parametrize("backend, overrides, message", [
-    ("jax", ["trainer.distribute=multi_worker"], "trainer.distribute=multi_worker needs its cluster"),
-    ("tensorflow", ["trainer.distribute=multi_worker"], "run every worker with KERAS_BACKEND=jax"),
-    ("jax", ["trainer.distribute=everywhere"], "trainer.distribute must be one of none, mirrored, multi_worker"),
-    ("jax", ["trainer.distribute=multi_worker", "trainer.coordinator=127.0.0.1:1", "trainer.num_processes=2",
-             "trainer.process_id=0", "data=multi30k"], "trains from prepared data: run kmt-prepare"),
-])
-def test_a_distribution_that_cannot_run_stops_with_one_line_before_any_data_is_read(tmp_path, backend, overrides,
-                                                                                    message):
+@pytest.mark.parametrize(
+    "backend, overrides, message",
+    [
+        ("jax", ["trainer.distribute=multi_worker"], "trainer.distribute=multi_worker needs its cluster"),
+        ("tensorflow", ["trainer.distribute=multi_worker"], "run every worker with KERAS_BACKEND=jax"),
+        ("jax", ["trainer.distribute=everywhere"], "trainer.distribute must be one of none, mirrored, multi_worker"),
+        (
+            "jax",
+            [
+                "trainer.distribute=multi_worker",
+                "trainer.coordinator=127.0.0.1:1",
+                "trainer.num_processes=2",
+                "trainer.process_id=0",
+                "data=multi30k",
+            ],
+            "trains from prepared data: run kmt-prepare",
+        ),
+    ],
+)
+def test_a_distribution_that_cannot_run_stops_with_one_line_before_any_data_is_read(
+    tmp_path, backend, overrides, message
+):
     run_dir = tmp_path / "run"
-    env = {"KERAS_BACKEND": backend, **{variable: "" for variable in ("KERAS_DISTRIBUTION_JOB_ADDRESSES",
-                                                                       "KERAS_DISTRIBUTION_NUM_PROCESSES",
-                                                                       "KERAS_DISTRIBUTION_PROCESS_ID")}}
+    env = {
+        "KERAS_BACKEND": backend,
+        **{
+            variable: ""
+            for variable in (
+                "KERAS_DISTRIBUTION_JOB_ADDRESSES",
+                "KERAS_DISTRIBUTION_NUM_PROCESSES",
+                "KERAS_DISTRIBUTION_PROCESS_ID",
+            )
+        },
+    }
     result = run_cli("train", "debug=smoke", *overrides, f"hydra.run.dir={run_dir}", env=env, timeout=120)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]

@@ -22,7 +22,10 @@ def test_mkdocs_builds_strictly(tmp_path):
     site = tmp_path / "site"
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (site / "index.html").is_file()
@@ -96,11 +99,22 @@ def test_the_run_dirs_the_docs_name_are_where_runs_go():
     made |= {_runs_subdir(f"experiment={recipe.stem}") for recipe in (ROOT / "conf" / "experiment").glob("*.yaml")}
     made |= {f"prepared/{name}" for name in made}  # kmt-prepare's runs/prepared/${name}/<time> (kmt/cli/prepare.py)
     made.add(_runs_subdir(sweep=True))
-    files = [README, *(ROOT / "docs").rglob("*.md"), *(ROOT / "kmt").rglob("*.py"), *(ROOT / "conf").rglob("*.yaml"),
-             *(ROOT / "bench").glob("*.py")]
+    files = [
+        README,
+        *(ROOT / "docs").rglob("*.md"),
+        *(ROOT / "kmt").rglob("*.py"),
+        *(ROOT / "conf").rglob("*.yaml"),
+        *(ROOT / "bench").glob("*.py"),
+    ]
     named = re.compile(r"\bruns/(?!prepared/<)((?:prepared/)?\w+)/(?:<|\d{4}-)")  # runs/NAME/<time> or a date
-    wrong = sorted({f"{path.relative_to(ROOT)}: runs/{name}/" for path in files
-                    for name in named.findall(path.read_text(encoding="utf-8")) if name not in made})
+    wrong = sorted(
+        {
+            f"{path.relative_to(ROOT)}: runs/{name}/"
+            for path in files
+            for name in named.findall(path.read_text(encoding="utf-8"))
+            if name not in made
+        }
+    )
     assert not wrong, f"run folders no command writes to (commands write to {sorted(made)}): {wrong}"
 
 
@@ -116,8 +130,11 @@ def test_results_lead_with_their_tables():
         if "![" in section and first_table is None:  # a figure's section (the default run) shows the figure
             continue
         assert first_table is not None and first_table <= 8, f"section {title!r}: its table comes at line {first_table}"
-    paragraphs = [p for p in re.split(r"\n\s*\n|\n(?=- )", re.sub(r"```.*?```", "", text, flags=re.DOTALL))
-                  if not p.lstrip().startswith(("|", "!"))]
+    paragraphs = [
+        p
+        for p in re.split(r"\n\s*\n|\n(?=- )", re.sub(r"```.*?```", "", text, flags=re.DOTALL))
+        if not p.lstrip().startswith(("|", "!"))
+    ]
     long = [p.split("\n")[0][:60] for p in paragraphs if len(p.splitlines()) > 6]
     assert not long, f"docs/results.md paragraphs over 6 lines (the history goes to docs/experiments/): {long}"
     assert len(text.splitlines()) <= 150, f"docs/results.md has {len(text.splitlines())} lines; at most 150"
@@ -131,8 +148,10 @@ def test_what_the_readme_writes_in_a_checkout_is_ignored_by_git():
     blocks = "\n".join(re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL))
     blocks = "\n".join(line.split(" #")[0] for line in blocks.splitlines())  # less the comments
     written = re.findall(r"(?:--output |> |hydra\.run\.dir=)([^\s/$][^\s]*|\$RUN\S*)", blocks)
-    paths = sorted({path.replace("$RUN", "runs/dates/2026-01-01_12-00-00") for path in written
-                    if not path.startswith("/")} | {"runs/dates/2026-01-01_12-00-00"})  # kmt-train's own
+    paths = sorted(
+        {path.replace("$RUN", "runs/dates/2026-01-01_12-00-00") for path in written if not path.startswith("/")}
+        | {"runs/dates/2026-01-01_12-00-00"}
+    )  # kmt-train's own
     assert any(path.startswith("prepared/") for path in paths), paths
     result = subprocess.run(["git", "check-ignore", "--no-index", *paths], cwd=ROOT, capture_output=True, text=True)
     missed = set(paths) - set(result.stdout.split())

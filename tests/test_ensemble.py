@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from kmt.inference.decoding import search_ids
-from kmt.inference.settings import SearchSettings
 from kmt.inference.ensemble import ensemble_log_probs
+from kmt.inference.settings import SearchSettings
 from tests.tiny_transformers import (
     END,
     PAD,
@@ -36,8 +36,13 @@ def test_an_ensemble_picks_each_token_by_the_mean_of_its_models_probabilities():
     prefix, total, done = np.full((3, 9), PAD, "int32"), np.zeros(3), np.zeros(3, bool)
     prefix[:, 0] = START
     for t in range(8):
-        probs = np.mean([np.exp(log_softmax(to_numpy(m({"source": SOURCE, "target_in": prefix}, training=False))[:, t]))
-                         for m in models], axis=0)  # (B, V)
+        probs = np.mean(
+            [
+                np.exp(log_softmax(to_numpy(m({"source": SOURCE, "target_in": prefix}, training=False))[:, t]))
+                for m in models
+            ],
+            axis=0,
+        )  # (B, V)
         probs[:, PAD] = 0.0
         token = probs.argmax(axis=-1)
         total += np.where(done, 0.0, np.log(probs[np.arange(3), token]))

@@ -12,9 +12,9 @@ import tensorflow as tf
 
 from kmt.data.dates import generate_date_pairs
 from kmt.inference.decoding import search_ids
-from kmt.inference.settings import SearchSettings
 from kmt.inference.export import export_translator
 from kmt.inference.score import score_ids
+from kmt.inference.settings import SearchSettings
 from kmt.inference.translator import TranslatorModule
 from kmt.models import Transformer
 from kmt.tokenizer import Vocabularies
@@ -51,8 +51,12 @@ def _reload_and_translate(export_dir, sentences):
         "                  [t.decode() for t in nbest['translations'].numpy()[:, 0]],\n"
         "                  scored['score'].numpy().tolist()]))\n"
     )
-    result = subprocess.run([sys.executable, "-c", script, str(export_dir), json.dumps(sentences)],
-                            capture_output=True, text=True, env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"})
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(export_dir), json.dumps(sentences)],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -95,8 +99,9 @@ def test_uncached_translator_gives_the_cached_translations(model_and_vocabularie
     model, vocabularies = model_and_vocabularies
     text = tf.constant(SENTENCES)
     cached, uncached = (
-        TranslatorModule(model, vocabularies, SearchSettings(beam_size=beam_size, max_length_b=5), use_cache=use_cache)
-        .translate(text=text)
+        TranslatorModule(
+            model, vocabularies, SearchSettings(beam_size=beam_size, max_length_b=5), use_cache=use_cache
+        ).translate(text=text)
         for use_cache in (True, False)
     )
     assert cached["translation"].numpy().tolist() == uncached["translation"].numpy().tolist()
@@ -142,8 +147,12 @@ def test_saved_model_cli_lists_the_string_signatures(translator, tmp_path):
     translator, _ = translator
     export_translator(translator, tmp_path / "export")
     cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
-    result = subprocess.run([cli, "show", "--dir", str(tmp_path / "export"), "--all"], capture_output=True,
-                            text=True, env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"})
+    result = subprocess.run(
+        [cli, "show", "--dir", str(tmp_path / "export"), "--all"],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     for signature in ("translate", "serving_default"):
         block = result.stdout.split(f"signature_def['{signature}']")[1].split("signature_def[")[0]

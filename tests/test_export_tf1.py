@@ -48,12 +48,15 @@ def test_export_loads_with_tf2_and_tf1_session_loaders(tmp_path, beam_size):
     tokenizer = train_tokenizer(SENTENCES * 20, vocab_size=48, byte_fallback=False)
     vocabularies = Vocabularies(tokenizer, tokenizer)
     # Dropout > 0 so the model also holds seed-generator variables that decoding never reads.
-    model = Transformer(tokenizer.vocab_size, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32,
-                        dropout=0.1, max_length=24)
+    model = Transformer(
+        tokenizer.vocab_size, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.1, max_length=24
+    )
     translator = TranslatorModule(model, vocabularies, SearchSettings(beam_size=beam_size))
     expected = translator.translate(np.array(INPUTS, dtype=object))
-    expected = {"translation": [t.decode("utf-8") for t in expected["translation"].numpy()],
-                "score": expected["score"].numpy()}
+    expected = {
+        "translation": [t.decode("utf-8") for t in expected["translation"].numpy()],
+        "score": expected["score"].numpy(),
+    }
     export_translator(translator, tmp_path / "export")
 
     # Each weight is stored once: the checkpoint holds about the model's weights, not twice them.
@@ -62,11 +65,16 @@ def test_export_loads_with_tf2_and_tf1_session_loaders(tmp_path, beam_size):
     assert weights <= data < 1.2 * weights + 4096
 
     env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"}
-    process = subprocess.run([sys.executable, "-c", LOAD_BOTH_WAYS, str(tmp_path / "export"), json.dumps(INPUTS)],
-                             capture_output=True, text=True, timeout=300, env=env)
+    process = subprocess.run(
+        [sys.executable, "-c", LOAD_BOTH_WAYS, str(tmp_path / "export"), json.dumps(INPUTS)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert process.returncode == 0, process.stderr[-3000:]
     line = next(line for line in process.stdout.splitlines() if line.startswith("RESULT "))
-    results = json.loads(line[len("RESULT "):])
+    results = json.loads(line[len("RESULT ") :])
     assert set(results) == {"tf2_translate", "tf2_serving_default", "tf1_translate", "tf1_serving_default"}
     for name, result in results.items():
         assert result["translation"] == expected["translation"], name

@@ -16,22 +16,27 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from kmt.config import config_dir
 from kmt.cli.errors import check_overrides
+from kmt.config import config_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _working_tree():
     """The files a commit of the working tree would hold (tracked, plus untracked ones git does not ignore)."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.decode()
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
     return sorted(name for name in listed.split("\0") if name and (ROOT / name).is_file())
 
 
 def _run(*command, cwd, env=None):
-    done = subprocess.run([str(part) for part in command], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [str(part) for part in command], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, f"{' '.join(map(str, command))} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout
 
@@ -50,8 +55,22 @@ def _fresh_venv(path, env):
 def _pip_install(python, target, cwd, env):
     """Installs into the new virtualenv only (`--ignore-installed`: the kmt this environment has, seen through the
     `.pth`, is neither reused nor uninstalled)."""
-    _run(sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-deps", "--no-index",
-         "--no-build-isolation", "--ignore-installed", target, cwd=cwd, env=env)
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        python,
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--no-index",
+        "--no-build-isolation",
+        "--ignore-installed",
+        target,
+        cwd=cwd,
+        env=env,
+    )
 
 
 @pytest.mark.slow
@@ -79,8 +98,9 @@ def test_wheel_installs_and_trains_from_an_empty_directory(tmp_path):
     _pip_install(python, wheel, tmp_path, env)
     empty = tmp_path / "work"
     empty.mkdir()
-    found = _run(python, "-c", "import importlib.util; print(importlib.util.find_spec('kmt').origin)", cwd=empty,
-                 env=env).strip()
+    found = _run(
+        python, "-c", "import importlib.util; print(importlib.util.find_spec('kmt').origin)", cwd=empty, env=env
+    ).strip()
     assert found == str(site / "kmt" / "__init__.py")  # the wheel's kmt, not this environment's
     assert all((site / "kmt" / name).is_file() for name in conf)
 
@@ -88,8 +108,9 @@ def test_wheel_installs_and_trains_from_an_empty_directory(tmp_path):
     (empty / "my_conf" / "experiment").mkdir(parents=True)
     (empty / "my_conf" / "experiment" / "mine.yaml").write_text("# @package _global_\nname: mine\n")
     kmt_train = python.parent / "kmt-train"
-    job = _run(kmt_train, "--config-dir", "my_conf", "experiment=mine", "debug=smoke", "--cfg", "job", cwd=empty,
-               env=env)
+    job = _run(
+        kmt_train, "--config-dir", "my_conf", "experiment=mine", "debug=smoke", "--cfg", "job", cwd=empty, env=env
+    )
     assert "name: mine" in job.splitlines()
 
     _run(kmt_train, "debug=smoke", cwd=empty, env=env)

@@ -46,10 +46,14 @@ def _load_keras_weights(ours, theirs):
     q, qb, k, kb, v, vb, o, ob = [ops.convert_to_numpy(w) for w in theirs.weights]
     ours.set_weights(
         [
-            q.reshape(q.shape[0], -1), qb.reshape(-1),
-            k.reshape(k.shape[0], -1), kb.reshape(-1),
-            v.reshape(v.shape[0], -1), vb.reshape(-1),
-            o.reshape(-1, o.shape[-1]), ob,
+            q.reshape(q.shape[0], -1),
+            qb.reshape(-1),
+            k.reshape(k.shape[0], -1),
+            kb.reshape(-1),
+            v.reshape(v.shape[0], -1),
+            vb.reshape(-1),
+            o.reshape(-1, o.shape[-1]),
+            ob,
         ]
     )
 
@@ -77,7 +81,10 @@ def test_attention_cache_step_by_step_equals_full_causal_pass():
     cache = ops.zeros((2, 2, 6, 4, 4))
     for t in range(6):
         step, cache = attention(
-            x[:, t : t + 1], x[:, t : t + 1], attention_mask=causal_mask(1, 6, offset=t)[None], cache=cache,
+            x[:, t : t + 1],
+            x[:, t : t + 1],
+            attention_mask=causal_mask(1, 6, offset=t)[None],
+            cache=cache,
             cache_update_index=t,
         )
         np.testing.assert_allclose(ops.convert_to_numpy(step)[:, 0], full[:, t], atol=1e-5)

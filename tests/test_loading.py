@@ -35,8 +35,9 @@ def test_a_run_and_its_savedmodel_translate_and_score_alike(smoke_run):
     assert run.translate(LINES)[1] == ""
     best = run.translate(LINES, nbest=1)
     assert all(isinstance(row[0], Hypothesis) for row in best) and best[1] == [Hypothesis("", 0.0)]
-    assert [row[0].score for row in best] == pytest.approx([row[0].score for row in export.translate(LINES, nbest=1)],
-                                                           abs=1e-4)
+    assert [row[0].score for row in best] == pytest.approx(
+        [row[0].score for row in export.translate(LINES, nbest=1)], abs=1e-4
+    )
     targets = [row[0].text for row in best]
     scored, exported = run.score(LINES, targets), export.score(LINES, targets)
     assert [s.tokens for s in scored] == [s.tokens for s in exported]
@@ -65,8 +66,10 @@ def test_anything_else_is_one_line(tmp_path, smoke_run):
     for path in (tmp_path, tmp_path / "missing"):
         with pytest.raises(KmtError) as error:
             load_translator(path)
-        assert str(error.value) == (f"{path} is not a kmt run directory (config.yaml), SavedModel export "
-                                    "(saved_model.pb) or CTranslate2 directory; pass a run, its export/ or the output "
-                                    "of kmt-export --format ctranslate2")
+        assert str(error.value) == (
+            f"{path} is not a kmt run directory (config.yaml), SavedModel export "
+            "(saved_model.pb) or CTranslate2 directory; pass a run, its export/ or the output "
+            "of kmt-export --format ctranslate2"
+        )
     with pytest.raises(KmtError, match="picks a run directory's weights"):
         load_translator(smoke_run / "export", checkpoint="best")

@@ -42,8 +42,12 @@ def test_a_resume_that_logs_a_new_key_adds_its_column(tmp_path):
     resumed.on_epoch_begin(1)
     resumed.on_epoch_end(1, {"loss": 2.0, "val_bleu": 12.5, "val_loss": 2.5})
     resumed.on_epoch_end(2, {"loss": 1.0, "val_loss": 1.5})  # and a key missing from a row stays blank
-    assert _rows(path) == [["epoch", "loss", "val_loss", "val_bleu"], ["0", "3.0", "3.5", ""],
-                           ["1", "2.0", "2.5", "12.5"], ["2", "1.0", "1.5", ""]]
+    assert _rows(path) == [
+        ["epoch", "loss", "val_loss", "val_bleu"],
+        ["0", "3.0", "3.5", ""],
+        ["1", "2.0", "2.5", "12.5"],
+        ["2", "1.0", "1.5", ""],
+    ]
     assert not list(tmp_path.glob(".partial-*"))  # no temporary left behind
 
 
@@ -66,4 +70,3 @@ def test_validation_bleu_scores_the_trained_weights_in_the_decoding_copy(tmp_pat
     diverged = {"loss": float("nan")}
     callback.on_epoch_end(1, diverged)
     assert "val_bleu" not in diverged
-

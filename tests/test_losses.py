@@ -70,8 +70,10 @@ def test_masked_accuracy_counts_real_tokens_across_batches():
 
 def test_masked_perplexity_is_exp_of_unsmoothed_cross_entropy_across_batches():
     rng = np.random.default_rng(2)
-    batches = [(np.array([[1, 2, 0]]), rng.normal(size=(1, 3, 6)).astype("float32")),
-               (np.array([[3, 4, 5]]), rng.normal(size=(1, 3, 6)).astype("float32"))]
+    batches = [
+        (np.array([[1, 2, 0]]), rng.normal(size=(1, 3, 6)).astype("float32")),
+        (np.array([[3, 4, 5]]), rng.normal(size=(1, 3, 6)).astype("float32")),
+    ]
     metric = MaskedPerplexity()
     nll = []
     for y, logits in batches:

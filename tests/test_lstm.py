@@ -116,8 +116,11 @@ def test_saved_model_reloads_in_a_fresh_process(tmp_path, batch):
         "np.savez(sys.argv[3], logits=keras.ops.convert_to_numpy(out), tokens=keras.ops.convert_to_numpy(tokens))\n"
     )
     out_path = tmp_path / "out.npz"
-    subprocess.run([sys.executable, "-c", script, str(path), str(inputs_path), str(out_path)], check=True,
-                   env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"})
+    subprocess.run(
+        [sys.executable, "-c", script, str(path), str(inputs_path), str(out_path)],
+        check=True,
+        env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     loaded = np.load(out_path)
     np.testing.assert_allclose(loaded["logits"], expected, atol=1e-6)
     np.testing.assert_array_equal(loaded["tokens"], tokens)

@@ -42,8 +42,11 @@ def test_paired_bootstrap_tells_a_better_system_from_an_equal_one():
 
     references = _corpus()
     baseline = _damaged(references, 0.3, seed=1)
-    systems = {"baseline": baseline, "better": _damaged(references, 0.1, seed=2),
-               "as_good": _damaged(references, 0.3, seed=3)}  # as many errors as the baseline, elsewhere
+    systems = {
+        "baseline": baseline,
+        "better": _damaged(references, 0.1, seed=2),
+        "as_good": _damaged(references, 0.3, seed=3),
+    }  # as many errors as the baseline, elsewhere
     results, signatures = paired_bootstrap(systems, references, tokenized_references=[r.lower() for r in references])
     assert set(signatures) == {"bleu", "chrf", "tokenized_bleu"} and "bs:1000" in signatures["bleu"]
     for metric in signatures:

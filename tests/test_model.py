@@ -56,8 +56,13 @@ def test_source_padding_does_not_change_logits(batch, policy):
 
 def test_untied_separate_vocabularies_and_pre_norm(batch):
     model = Transformer(
-        **TINY | {"vocab_size": 23}, target_vocab_size=31, shared_embeddings=False, tied_output=False,
-        norm_first=True, learned_positions=True, max_length=16,
+        **TINY | {"vocab_size": 23},
+        target_vocab_size=31,
+        shared_embeddings=False,
+        tied_output=False,
+        norm_first=True,
+        learned_positions=True,
+        max_length=16,
     )
     source, target_in = batch
     assert model_logits(model, source, target_in).shape == (3, 6, 31)
@@ -133,8 +138,11 @@ def test_saved_model_reloads_in_a_fresh_process(tmp_path, batch):
         "np.save(sys.argv[3], keras.ops.convert_to_numpy(out))\n"
     )
     out_path = tmp_path / "logits.npy"
-    subprocess.run([sys.executable, "-c", script, str(path), str(inputs_path), str(out_path)], check=True,
-                   env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"})
+    subprocess.run(
+        [sys.executable, "-c", script, str(path), str(inputs_path), str(out_path)],
+        check=True,
+        env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     np.testing.assert_allclose(np.load(out_path), expected, atol=1e-6)
 
 

@@ -22,10 +22,18 @@ def _run(tmp_path, name, rows):
 
 
 def _epochs(count, bleu=True, ppl=False):
-    return [{"epoch": e, "loss": 4.0 / (e + 1), "val_loss": 4.5 / (e + 1), "val_accuracy": 0.1 * e,
-             "learning_rate": 1e-3 * (e + 1), **({"val_bleu": 5.0 * e if e != 1 else ""} if bleu else {}),
-             **({"ppl": 3000.0 / (e + 1) ** 3, "val_ppl": 4000.0 / (e + 1) ** 3} if ppl else {})}
-            for e in range(count)]
+    return [
+        {
+            "epoch": e,
+            "loss": 4.0 / (e + 1),
+            "val_loss": 4.5 / (e + 1),
+            "val_accuracy": 0.1 * e,
+            "learning_rate": 1e-3 * (e + 1),
+            **({"val_bleu": 5.0 * e if e != 1 else ""} if bleu else {}),
+            **({"ppl": 3000.0 / (e + 1) ** 3, "val_ppl": 4000.0 / (e + 1) ** 3} if ppl else {}),
+        }
+        for e in range(count)
+    ]
 
 
 def test_history_is_read_per_epoch_from_one_with_gaps_kept(tmp_path):
@@ -52,8 +60,10 @@ def test_the_legend_names_every_run_also_one_without_losses(tmp_path):
     import matplotlib.pyplot as plt
 
     without_losses = [row | {"loss": "", "val_loss": ""} for row in _epochs(3, bleu=False, ppl=True)]
-    histories = {"cpu": read_history(_run(tmp_path, "cpu", _epochs(4, bleu=False, ppl=True))),
-                 "gpu": read_history(_run(tmp_path, "gpu", without_losses))}
+    histories = {
+        "cpu": read_history(_run(tmp_path, "cpu", _epochs(4, bleu=False, ppl=True))),
+        "gpu": read_history(_run(tmp_path, "gpu", without_losses)),
+    }
     figure = draw_curves(histories)
     loss_panel = figure.axes[0]
     assert len(loss_panel.get_lines()) == 2  # the cpu run's train and val loss, nothing of the gpu run
@@ -70,7 +80,11 @@ def test_perplexity_gets_its_own_log_scaled_panel_when_any_run_logged_it(tmp_pat
     assert len(titles) == 3 and not any("perplexity" in t for t in titles)  # a run from before the metric: as it was
     panels = _panels({"old": old, "new": new})
     assert [(keys, log) for _, keys, log in panels] == [
-        (("loss", "val_loss"), False), (("ppl", "val_ppl"), True), (("val_bleu",), False), (("learning_rate",), False)]
+        (("loss", "val_loss"), False),
+        (("ppl", "val_ppl"), True),
+        (("val_bleu",), False),
+        (("learning_rate",), False),
+    ]
     empty_bleu = read_history(_run(tmp_path, "empty", [{**row, "val_bleu": ""} for row in _epochs(2, ppl=True)]))
     assert _panels({"empty": empty_bleu})[2][1] == ("val_accuracy",)  # a column with no value draws no empty panel
     path = plot_curves({"old": old, "new": new}, tmp_path / "both.png")
@@ -140,17 +154,21 @@ def test_kmt_plot_names_runs_by_label_and_refuses_a_miscount_in_one_line(tmp_pat
 
     first, second = _run(tmp_path, "a", _epochs(4)), _run(tmp_path, "b", _epochs(4))
     out = tmp_path / "named.png"
-    named = run_cli("plot", first, second, "--label", "dropout 0.2", "--label", "dropout 0.1", "--from-epoch", "2",
-                    "--output", out)
+    named = run_cli(
+        "plot", first, second, "--label", "dropout 0.2", "--label", "dropout 0.1", "--from-epoch", "2", "--output", out
+    )
     assert named.returncode == 0, named.stderr[-2000:]
     assert matplotlib.image.imread(out).shape[:2] == (380, 1500)
     # The mistakes, through kmt-plot's main in this process (the test above runs a failing kmt-plot process):
     for args, line in [
-            (["--label", "only one"], "error: 2 run directories need 2 --label names, one each in their order; got 1"),
-            (["--label", "same", "--label", "same"],
-             "error: two runs are both named 'same'; give each run its own --label"),
-            (["--from-epoch", "0"], "kmt-plot: error: --from-epoch must be positive. Received: 0"),
-            (["--from-epoch", "5"], "error: --from-epoch 5 is past every run's last epoch (4)")]:
+        (["--label", "only one"], "error: 2 run directories need 2 --label names, one each in their order; got 1"),
+        (
+            ["--label", "same", "--label", "same"],
+            "error: two runs are both named 'same'; give each run its own --label",
+        ),
+        (["--from-epoch", "0"], "kmt-plot: error: --from-epoch must be positive. Received: 0"),
+        (["--from-epoch", "5"], "error: --from-epoch 5 is past every run's last epoch (4)"),
+    ]:
         assert refused(capsys, plot.main, first, second, *args, "--output", tmp_path / "bad.png") == (2, line)
         assert not (tmp_path / "bad.png").exists()
 

@@ -21,8 +21,7 @@ def rotation(offset, depth):
     matrix = np.zeros((depth, depth))
     for i in range(depth // 2):
         angle = offset * 10000.0 ** (-2 * i / depth)
-        matrix[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = [[np.cos(angle), np.sin(angle)],
-                                                         [-np.sin(angle), np.cos(angle)]]
+        matrix[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = [[np.cos(angle), np.sin(angle)], [-np.sin(angle), np.cos(angle)]]
     return matrix
 
 
@@ -54,10 +53,10 @@ def test_kmt_plot_positions_writes_one_png_and_refuses_bad_sizes_in_one_line(tmp
     assert drawn.stdout.strip() == str(out)
     assert matplotlib.image.imread(out).shape[:2] == (420, 1200)  # two panels, 12 x 4.2 inches at 100 dpi
     prefix = "kmt-plot positions: error: "
-    for args, line in [(["--depth", "7"], "--depth must be even and positive, a sine and a cosine per wavelength. "
-                                          "Received: 7"),
-                       (["--depth", "0"], "--depth must be even and positive, a sine and a cosine per wavelength. "
-                                          "Received: 0"),
-                       (["--length", "0"], "--length must be positive. Received: 0")]:
+    for args, line in [
+        (["--depth", "7"], "--depth must be even and positive, a sine and a cosine per wavelength. Received: 7"),
+        (["--depth", "0"], "--depth must be even and positive, a sine and a cosine per wavelength. Received: 0"),
+        (["--length", "0"], "--length must be positive. Received: 0"),
+    ]:
         assert refused(capsys, plot.main, "positions", *args, "--output", tmp_path / "bad.png") == (2, prefix + line)
     assert not (tmp_path / "bad.png").exists()

@@ -23,8 +23,12 @@ def parallel(directory, train=None):
     words = lambda: " ".join(rng.choice(["alpha", "beta", "gamma", "delta"], size=rng.integers(1, 6)))  # noqa
     write_pairs(directory, "train", train or [(words(), words()) for _ in range(200)])
     write_pairs(directory, "dev", [(words(), words()) for _ in range(20)])
-    return [f"data.train.source={directory / 'train.en'}", f"data.train.target={directory / 'train.de'}",
-            f"data.val.source={directory / 'dev.en'}", f"data.val.target={directory / 'dev.de'}"]
+    return [
+        f"data.train.source={directory / 'train.en'}",
+        f"data.train.target={directory / 'train.de'}",
+        f"data.val.source={directory / 'dev.en'}",
+        f"data.val.target={directory / 'dev.de'}",
+    ]
 
 
 def test_kmt_prepare_writes_shards_an_index_the_text_and_meta_json_last(prepared_smoke):
@@ -44,8 +48,9 @@ def test_kmt_prepare_writes_shards_an_index_the_text_and_meta_json_last(prepared
 def test_a_parallel_corpus_streams_and_a_vocabulary_is_reused(tmp_path):
     overrides = parallel(tmp_path)
     first = prepare_data(compose_config("data=parallel", *overrides, "data.tokenizer.vocab_size=300"), tmp_path / "a")
-    again = prepare_data(compose_config("data=parallel", *overrides, f"data.vocabulary={tmp_path / 'a'}"),
-                         tmp_path / "b")
+    again = prepare_data(
+        compose_config("data=parallel", *overrides, f"data.vocabulary={tmp_path / 'a'}"), tmp_path / "b"
+    )
     assert again.vocabularies.same_as(first.vocabularies)
     assert len(again.split("train")) == 200 and again.names == ["train", "val"]  # no test files given
     assert np.array_equal(again.split("val").source_ids, first.split("val").source_ids)
@@ -62,11 +67,14 @@ def test_mismatched_streamed_files_and_a_missing_prepared_directory_are_one_line
         PreparedData(tmp_path / "out")
 
 
-@pytest.mark.parametrize("args, message", [
-    (["data=prepared"], "data=prepared needs data.path=DIR"),
-    (["data=prepared", "data.path=/no/such/dir"], "/no/such/dir is not prepared data: it does not exist"),
-    (["model.max_length=40"], "was prepared with model.max_length=128; set model.max_length=128"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["data=prepared"], "data=prepared needs data.path=DIR"),
+        (["data=prepared", "data.path=/no/such/dir"], "/no/such/dir is not prepared data: it does not exist"),
+        (["model.max_length=40"], "was prepared with model.max_length=128; set model.max_length=128"),
+    ],
+)
 def test_training_from_prepared_data_refuses_mistakes_in_one_line(prepared_smoke, tmp_path, args, message):
     if "data=prepared" not in args:
         args = ["data=prepared", f"data.path={prepared_smoke}", *args]
@@ -76,6 +84,7 @@ def test_training_from_prepared_data_refuses_mistakes_in_one_line(prepared_smoke
 
 
 def test_kmt_prepare_refuses_prepared_data_as_its_corpus(tmp_path):
-    result = run_cli("prepare", "debug=smoke", "data=prepared", f"data.path={tmp_path}",
-                     f"hydra.run.dir={tmp_path / 'out'}")
+    result = run_cli(
+        "prepare", "debug=smoke", "data=prepared", f"data.path={tmp_path}", f"hydra.run.dir={tmp_path / 'out'}"
+    )
     assert result.returncode == 2 and "kmt-prepare reads a corpus" in result.stderr.strip().splitlines()[-1]

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from kmt.config import config_dir
 from kmt.cli.errors import check_overrides
+from kmt.config import config_dir
 from tests.helpers import code_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,8 +47,9 @@ def commands(page):
     found = []
     for block in code_blocks(page, "bash"):
         joined = re.sub(r"\\\n\s*", "", block)
-        found += [line.split(" # ")[0].split("  #")[0].strip() for line in joined.splitlines()
-                  if not line.startswith("#")]  # an expected output
+        found += [
+            line.split(" # ")[0].split("  #")[0].strip() for line in joined.splitlines() if not line.startswith("#")
+        ]  # an expected output
     return [line for line in found if line]
 
 
@@ -65,8 +66,11 @@ def shims(directory):
     for name, target in scripts.items():
         module, function = target.split(":")
         path = directory / name
-        path.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(ROOT)!r})\n"
-                        f"from {module} import {function}\nsys.exit({function}())\n", encoding="utf-8")
+        path.write_text(
+            f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+            f"from {module} import {function}\nsys.exit({function}())\n",
+            encoding="utf-8",
+        )
         path.chmod(0o755)
     return scripts
 
@@ -116,7 +120,9 @@ def test_the_pages_commands_run_as_written(smoke_run, tmp_path, monkeypatch):
     assert any("kmt-translate" in line for line in ran) and any("kmt-export" in line for line in ran), ran
 
 
-@pytest.mark.parametrize("line, program_name", [("KERAS_BACKEND=jax kmt-train data=prepared", "kmt-train"),
-                                                ("echo x | kmt-translate DIR", "echo")])
+@pytest.mark.parametrize(
+    "line, program_name",
+    [("KERAS_BACKEND=jax kmt-train data=prepared", "kmt-train"), ("echo x | kmt-translate DIR", "echo")],
+)
 def test_a_line_is_read_as_its_program(line, program_name):
     assert program(line) == program_name

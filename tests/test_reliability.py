@@ -32,8 +32,14 @@ def _write(path, lines, encoding="utf-8"):
 
 def _parallel_args(tmp_path, source_lines, target_lines):
     source, target = _write(tmp_path / "train.src", source_lines), _write(tmp_path / "train.tgt", target_lines)
-    return ["data=parallel", f"data.train.source={source}", f"data.train.target={target}",
-            f"data.val.source={source}", f"data.val.target={target}", "trainer.export=false"]
+    return [
+        "data=parallel",
+        f"data.train.source={source}",
+        f"data.train.target={target}",
+        f"data.val.source={source}",
+        f"data.val.target={target}",
+        "trainer.export=false",
+    ]
 
 
 def _assert_one_line_error(result, *needles):
@@ -51,9 +57,12 @@ def test_killed_run_resumes_where_it_stopped(tmp_path):
     train(compose_config(*LONGER[1:], "trainer.epochs=3"), reference)  # uninterrupted, here (compose_config: smoke)
 
     env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"}
-    process = subprocess.Popen([sys.executable, "-m", "kmt.cli.train", *LONGER, "trainer.epochs=3",
-                                f"hydra.run.dir={killed}"], env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kmt.cli.train", *LONGER, "trainer.epochs=3", f"hydra.run.dir={killed}"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     first = killed / "checkpoints" / "backup" / "training_metadata.json"  # the resume state of epoch 1
     deadline = time.time() + 300
     while not first.exists() and process.poll() is None and time.time() < deadline:
@@ -83,10 +92,14 @@ def test_a_stop_signal_saves_and_exits_cleanly(tmp_path, signum):
     run_dir = tmp_path / "run"
     env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"}
     # A terminal's Ctrl-C: SIGINT at its default even when the tests run as a background job, which ignores it.
-    process = subprocess.Popen([sys.executable, "-m", "kmt.cli.train", *LONGER, "trainer.epochs=20",
-                                f"hydra.run.dir={run_dir}"], env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kmt.cli.train", *LONGER, "trainer.epochs=20", f"hydra.run.dir={run_dir}"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.time() + 300
     while not (run_dir / "checkpoints" / "backup" / "training_metadata.json").exists() and time.time() < deadline:
         time.sleep(0.05)
@@ -133,8 +146,9 @@ def test_awkward_sentences_train_and_are_counted(tmp_path):
     targets = [f"{w.upper()} {i}" for i in range(60) for w in words]
     sources[:6] = ["tab\tinside", "", "x" * 10_000, "emoji 😀🚀", "漢字とかな", "مرحبا بالعالم"]
     targets[:6] = ["TAB\tINSIDE", "EMPTY SOURCE", "LONG", "EMOJI 😀🚀", "日本語", "שלום עולם"]
-    result = run_cli("train", "debug=smoke", *_parallel_args(tmp_path, sources, targets),
-                     f"hydra.run.dir={tmp_path / 'run'}")
+    result = run_cli(
+        "train", "debug=smoke", *_parallel_args(tmp_path, sources, targets), f"hydra.run.dir={tmp_path / 'run'}"
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     log = (tmp_path / "run" / "train.log").read_text()
     assert "train: kept 238 of 240 pairs (dropped 1 empty, 1 longer than" in log
@@ -199,6 +213,12 @@ def test_concurrent_requests_get_the_serial_answers(smoke_run):
 
 def test_resuming_with_another_model_shape_is_a_clear_error(smoke_run, tmp_path):
     run_dir = shutil.copytree(smoke_run, tmp_path / "run", ignore=shutil.ignore_patterns("export"))  # 2 epochs
-    changed = run_cli("train", "debug=smoke", "trainer.export=false", "trainer.epochs=3", "model.hidden_dim=48",
-                      f"hydra.run.dir={run_dir}")
+    changed = run_cli(
+        "train",
+        "debug=smoke",
+        "trainer.export=false",
+        "trainer.epochs=3",
+        "model.hidden_dim=48",
+        f"hydra.run.dir={run_dir}",
+    )
     _assert_one_line_error(changed, "does not fit this model")

@@ -27,8 +27,9 @@ def test_a_resumed_accumulating_run_continues_at_the_same_update(tmp_path, caplo
     assert re.search(r"\d+ steps an epoch \((\d+) updates of 2 batches each\)", caplog.text)
     updates = int(re.search(r"\((\d+) updates of 2 batches", caplog.text).group(1))
     assert f"resuming after epoch 1 at optimizer step {updates}" in caplog.text
-    straight, resumed = (json.loads((tmp_path / run / "metrics.json").read_text())["train"]
-                         for run in ("straight", "resumed"))
+    straight, resumed = (
+        json.loads((tmp_path / run / "metrics.json").read_text())["train"] for run in ("straight", "resumed")
+    )
     assert straight["steps"] == resumed["steps"] == 2 * updates and resumed["epochs"] == 2
     rates = [[float(row["learning_rate"]) for row in _history(tmp_path / run)] for run in ("straight", "resumed")]
     assert rates[0] == pytest.approx(rates[1]) and rates[0][0] < rates[0][1]

@@ -183,6 +183,5 @@ def test_a_run_directory_that_cannot_be_made_is_one_line(tmp_path):
     file = tmp_path / "a_file"
     file.write_text("")
     line = _one_line_error(run_cli("train", "debug=smoke", f"hydra.run.dir={file}/run"))
-    assert line == (f"error: cannot create {file}/run: {file} is a file, not a directory; choose another "
-                    "hydra.run.dir")
+    assert line == (f"error: cannot create {file}/run: {file} is a file, not a directory; choose another hydra.run.dir")
     assert file.read_text() == ""

@@ -60,8 +60,9 @@ def test_rejects_a_cooldown_it_cannot_place(total_steps, cooldown_steps):
 
 def test_counts_updates_of_accumulated_batches():
     plain = NoamSchedule(hidden_dim=64, warmup_steps=10, total_steps=50, cooldown_steps=10)
-    accumulated = NoamSchedule(hidden_dim=64, warmup_steps=10, total_steps=50, cooldown_steps=10,
-                               gradient_accumulation_steps=4)
+    accumulated = NoamSchedule(
+        hidden_dim=64, warmup_steps=10, total_steps=50, cooldown_steps=10, gradient_accumulation_steps=4
+    )
     # Keras passes the batch counter: batches 4u .. 4u + 3 make update u and share its rate.
     assert [float(accumulated(batch)) for batch in range(220)] == pytest.approx(
         [float(plain(batch // 4)) for batch in range(220)]

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from kmt.inference.decoding import search_ids
-from kmt.inference.settings import SearchSettings
 from kmt.inference.score import score_ids
+from kmt.inference.settings import SearchSettings
 from tests.tiny_transformers import (
     END,
     PAD,

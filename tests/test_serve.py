@@ -18,8 +18,12 @@ from pathlib import Path
 
 import pytest
 
-SENTENCES = [f"{day} {month} {year}" for day, month, year in
-             zip(range(1, 29), ["May", "June", "July", "Aug", "September", "Oct", "Nov"] * 4, range(1950, 1978))]
+SENTENCES = [
+    f"{day} {month} {year}"
+    for day, month, year in zip(
+        range(1, 29), ["May", "June", "July", "Aug", "September", "Oct", "Nov"] * 4, range(1950, 1978)
+    )
+]
 SENTENCES += ["Tuesday, March 5, 1996", "7/4/21", "the 3rd of December 2001", "2020"]  # 32, of varied lengths
 REQUEST_TIMEOUT_S = 8  # the module's server: how long a stalled body is waited for
 
@@ -30,7 +34,11 @@ class Server:
     def __init__(self, export, *flags, timeout=120):
         self.process = subprocess.Popen(
             [sys.executable, "-m", "kmt.cli.serve", str(export), "--port", "0", *flags],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=_env())
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            env=_env(),
+        )
         self.lines, self.url = [], None
         threading.Thread(target=self._read, daemon=True).start()
         deadline = time.monotonic() + timeout
@@ -84,8 +92,17 @@ def _env():
 @pytest.fixture(scope="module")
 def server(smoke_run):
     """One server for the tests that need it answering: small limits, so that going past them is cheap."""
-    running = Server(smoke_run / "export", "--max-sentences", "8", "--max-chars", "100", "--max-batch-size", "16",
-                     "--request-timeout-s", str(REQUEST_TIMEOUT_S))
+    running = Server(
+        smoke_run / "export",
+        "--max-sentences",
+        "8",
+        "--max-chars",
+        "100",
+        "--max-batch-size",
+        "16",
+        "--request-timeout-s",
+        str(REQUEST_TIMEOUT_S),
+    )
     yield running
     assert running.stop() == 0
 
@@ -105,8 +122,10 @@ def serial(server):
 def answered(body):
     """A /translate answer as [(translation, score), ...], the scores to float32's rounding: a batch's other
     sentences change its padding, and so the order of a sum, by a unit in the last place."""
-    return [(translation, pytest.approx(score, rel=1e-5)) for translation, score in
-            zip(body["translations"], body["scores"])]
+    return [
+        (translation, pytest.approx(score, rel=1e-5))
+        for translation, score in zip(body["translations"], body["scores"])
+    ]
 
 
 def test_tensorflow_serving_requests_and_responses(server, serial, smoke_run):
@@ -116,18 +135,26 @@ def test_tensorflow_serving_requests_and_responses(server, serial, smoke_run):
     sentences = SENTENCES[:3]
     signatures = tf.saved_model.load(str(smoke_run / "export")).signatures
     direct = signatures["translate"](text=tf.constant(sentences))
-    expected = [{"translation": t.decode(), "score": pytest.approx(float(s), rel=1e-6)}
-                for t, s in zip(direct["translation"].numpy(), direct["score"].numpy())]
+    expected = [
+        {"translation": t.decode(), "score": pytest.approx(float(s), rel=1e-6)}
+        for t, s in zip(direct["translation"].numpy(), direct["score"].numpy())
+    ]
 
     row = server.post("/v1/models/kmt:predict", {"signature_name": "translate", "instances": sentences})
     assert row[0] == 200 and row[2] == {"predictions": expected}
     assert server.post("/v1/models/kmt:predict", {"instances": [{"text": s} for s in sentences]})[2] == row[2]
     columnar = server.post("/v1/models/kmt:predict", {"signature_name": "translate", "inputs": {"text": sentences}})
-    assert columnar[2] == {"outputs": {"translation": [p["translation"] for p in row[2]["predictions"]],
-                                       "score": [p["score"] for p in row[2]["predictions"]]}}
+    assert columnar[2] == {
+        "outputs": {
+            "translation": [p["translation"] for p in row[2]["predictions"]],
+            "score": [p["score"] for p in row[2]["predictions"]],
+        }
+    }
     assert server.post("/v1/models/kmt:predict", {"inputs": sentences})[2] == columnar[2]
     assert server.post("/translate", {"text": sentences})[2] == {
-        "translations": columnar[2]["outputs"]["translation"], "scores": columnar[2]["outputs"]["score"]}
+        "translations": columnar[2]["outputs"]["translation"],
+        "scores": columnar[2]["outputs"]["score"],
+    }
 
     pairs = {"source": sentences[:2], "target": ["1950-05-01", "1951-06-02"]}
     scored = signatures["score"](**{key: tf.constant(values) for key, values in pairs.items()})
@@ -136,13 +163,17 @@ def test_tensorflow_serving_requests_and_responses(server, serial, smoke_run):
     assert body["outputs"]["score"] == pytest.approx(scored["score"].numpy().tolist(), rel=1e-6)
     rows = [{"source": s, "target": t} for s, t in zip(*pairs.values())]
     assert server.post("/v1/models/kmt:predict", {"signature_name": "score", "instances": rows})[2] == {
-        "predictions": [{"score": s, "length": n} for s, n in zip(body["outputs"]["score"], body["outputs"]["length"])]}
+        "predictions": [{"score": s, "length": n} for s, n in zip(body["outputs"]["score"], body["outputs"]["length"])]
+    }
     nbest = server.post("/v1/models/kmt:predict", {"signature_name": "translate_nbest", "instances": sentences[:1]})
     assert nbest[2]["predictions"][0]["translations"] == [row[2]["predictions"][0]["translation"]]  # greedy: K = 1
     assert server.post("/v1/models/kmt:predict", {"instances": []})[2] == {"predictions": []}
 
-    assert server.get("/v1/models/kmt")[2] == {"model_version_status": [
-        {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]}
+    assert server.get("/v1/models/kmt")[2] == {
+        "model_version_status": [
+            {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+        ]
+    }
     assert server.get("/healthz")[:3:2] == (200, {"status": "ok"})
     status, headers, metrics = server.get("/metrics")
     assert status == 200 and headers["content-type"].startswith("text/plain")
@@ -184,17 +215,37 @@ BAD = [  # (method, path, body, status, what the error says)
     ("POST", "/translate", {"text": ["x" * 100] * 200}, 413, "--max-sentences 8 and --max-chars 100"),
     ("POST", "/translate", b"x" * 10_000_000, 413, "--max-sentences 8 and --max-chars 100"),  # not a reset
     ("POST", "/translate", b"[" * 7000 + b"]" * 7000, 400, "malformed JSON: nested too deeply"),
-    ("POST", "/translate", b'{"text": ["7 May 1971", "\\ud800"]}', 400,
-     "text[1] is not valid text: character 0 is a lone surrogate (U+D800)"),
-    ("POST", "/v1/models/kmt:predict", b'{"signature_name": "\\udfff", "inputs": ["a"]}', 404,
-     "signature '\\udfff' not found"),
+    (
+        "POST",
+        "/translate",
+        b'{"text": ["7 May 1971", "\\ud800"]}',
+        400,
+        "text[1] is not valid text: character 0 is a lone surrogate (U+D800)",
+    ),
+    (
+        "POST",
+        "/v1/models/kmt:predict",
+        b'{"signature_name": "\\udfff", "inputs": ["a"]}',
+        404,
+        "signature '\\udfff' not found",
+    ),
     ("POST", "/v1/models/kmt:predict", {"instances": [None]}, 400, "instances[0].text must be a string"),
     ("POST", "/v1/models/kmt:predict", {"instances": ["a"], "inputs": ["a"]}, 400, "exactly one of"),
     ("POST", "/v1/models/kmt:predict", {"signature_name": 7, "inputs": ["a"]}, 400, "signature_name must be"),
-    ("POST", "/v1/models/kmt:predict", {"signature_name": "score", "inputs": {"source": ["a"], "target": []}}, 400,
-     "same length"),
-    ("POST", "/v1/models/kmt:predict", {"signature_name": "score", "instances": [{"source": "a"}]}, 400,
-     "inputs source, target"),
+    (
+        "POST",
+        "/v1/models/kmt:predict",
+        {"signature_name": "score", "inputs": {"source": ["a"], "target": []}},
+        400,
+        "same length",
+    ),
+    (
+        "POST",
+        "/v1/models/kmt:predict",
+        {"signature_name": "score", "instances": [{"source": "a"}]},
+        400,
+        "inputs source, target",
+    ),
     ("POST", "/v1/models/kmt:predict", {"signature_name": "nope", "inputs": ["a"]}, 404, "signature 'nope'"),
     ("POST", "/v1/models/other:predict", {"inputs": ["a"]}, 404, "model 'other' not found"),
     ("GET", "/v1/models/other", None, 404, "model 'other' not found"),
@@ -270,29 +321,40 @@ def test_tensorflow_serving_metadata_versions_and_labels(server, smoke_run):
     from tensorflow.core.protobuf import saved_model_pb2
 
     graph = saved_model_pb2.SavedModel.FromString((smoke_run / "export" / "saved_model.pb").read_bytes())
-    defs = {name: MessageToDict(signature, preserving_proto_field_name=True,
-                                always_print_fields_with_no_presence=True)
-            for name, signature in graph.meta_graphs[0].signature_def.items() if not name.startswith("__")}
+    defs = {
+        name: MessageToDict(signature, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+        for name, signature in graph.meta_graphs[0].signature_def.items()
+        if not name.startswith("__")
+    }
     status, _, metadata = server.get("/v1/models/kmt/metadata")
     assert status == 200 and metadata["model_spec"] == {"name": "kmt", "signature_name": "", "version": "1"}
     assert metadata["metadata"]["signature_def"]["signature_def"] == {
         name: {key: value for key, value in signature.items() if key in ("inputs", "outputs", "method_name")}
-        for name, signature in defs.items()}  # TensorFlow Serving prints the graph's signature defs so
+        for name, signature in defs.items()
+    }  # TensorFlow Serving prints the graph's signature defs so
     assert metadata["metadata"]["signature_def"]["signature_def"]["translate"]["inputs"]["text"] == {
-        "dtype": "DT_STRING", "tensor_shape": {"dim": [{"size": "-1", "name": ""}], "unknown_rank": False},
-        "name": "translate_text:0"}
+        "dtype": "DT_STRING",
+        "tensor_shape": {"dim": [{"size": "-1", "name": ""}], "unknown_rank": False},
+        "name": "translate_text:0",
+    }
     for model in ("kmt/versions/1", "kmt/labels/stable"):
         assert server.get(f"/v1/models/{model}/metadata")[2] == metadata
         assert server.get(f"/v1/models/{model}")[2] == server.get("/v1/models/kmt")[2]
         predict = {"signature_name": "translate", "instances": SENTENCES[:2]}
-        assert server.post(f"/v1/models/{model}:predict", predict)[::2] == server.post("/v1/models/kmt:predict",
-                                                                                        predict)[::2]
+        assert (
+            server.post(f"/v1/models/{model}:predict", predict)[::2]
+            == server.post("/v1/models/kmt:predict", predict)[::2]
+        )
 
 
 def requests_answered(server, code):
     """How many requests the server's /metrics counts with status `code`, over every route."""
-    return sum(int(n) for n in re.findall(rf'^kmt_requests_total\{{route="[^"]*",code="{code}"\}} (\d+)',
-                                          server.get("/metrics")[2], re.M))
+    return sum(
+        int(n)
+        for n in re.findall(
+            rf'^kmt_requests_total\{{route="[^"]*",code="{code}"\}} (\d+)', server.get("/metrics")[2], re.M
+        )
+    )
 
 
 def test_stalled_bodies_get_408_and_their_connections_closed_while_others_are_answered(server, serial):
@@ -329,8 +391,9 @@ def test_a_client_that_goes_away_is_one_log_line_and_a_499(server):
         time.sleep(0.1)
     wait_for_depth(server, 0)  # the second one's sentences were dropped or decoded
     logged = server.lines[lines:]
-    assert sum('"POST /translate" 499 ' in line and "(the client went away; nothing sent)" in line
-               for line in logged) == 2
+    assert (
+        sum('"POST /translate" 499 ' in line and "(the client went away; nothing sent)" in line for line in logged) == 2
+    )
     assert not any("Traceback" in line or '" 500 ' in line for line in logged), logged
 
 
@@ -338,14 +401,19 @@ def test_mistakes_in_the_command_line_stop_in_one_line(capsys, smoke_run, tmp_pa
     from kmt.cli.serve import main
     from tests.helpers import refused
 
-    assert refused(capsys, main, tmp_path) == (2, f"error: {tmp_path} is not a kmt run directory (config.yaml), "
-                                                  "SavedModel export (saved_model.pb) or CTranslate2 directory; pass "
-                                                  "a run, its export/ or the output of kmt-export --format "
-                                                  "ctranslate2")
+    assert refused(capsys, main, tmp_path) == (
+        2,
+        f"error: {tmp_path} is not a kmt run directory (config.yaml), "
+        "SavedModel export (saved_model.pb) or CTranslate2 directory; pass "
+        "a run, its export/ or the output of kmt-export --format "
+        "ctranslate2",
+    )
     assert refused(capsys, main, tmp_path, "--max-queue", "8")[1].endswith(
-        "--max-queue must hold one request of --max-sentences. Received: --max-queue 8, --max-sentences 64")
+        "--max-queue must hold one request of --max-sentences. Received: --max-queue 8, --max-sentences 64"
+    )
     assert refused(capsys, main, tmp_path, "--batch-timeout-ms", "-1")[1].endswith(
-        "--batch-timeout-ms must not be negative. Received: -1.0")
+        "--batch-timeout-ms must not be negative. Received: -1.0"
+    )
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -364,8 +432,17 @@ def wait_for_depth(server, depth, timeout=10):
 
 def test_full_queue_gets_503_and_a_slow_request_504(smoke_run):
     """A batch that waits 3 s for company holds the queue (two sentences) past the 1 s request timeout."""
-    server = Server(smoke_run / "export", "--max-queue", "2", "--max-sentences", "2", "--batch-timeout-ms", "3000",
-                    "--request-timeout-s", "1")
+    server = Server(
+        smoke_run / "export",
+        "--max-queue",
+        "2",
+        "--max-sentences",
+        "2",
+        "--batch-timeout-ms",
+        "3000",
+        "--request-timeout-s",
+        "1",
+    )
     try:
         with ThreadPoolExecutor(1) as pool:
             first = pool.submit(server.post, "/translate", {"text": SENTENCES[:2]})
@@ -389,14 +466,29 @@ def test_sigterm_answers_every_queued_request_then_exits_0(smoke_run, serial):
             assert status == 200 and answered(body) == [serial[sentence]], body
     with pytest.raises(OSError):  # and nothing listens any more
         urllib.request.urlopen(server.url + "/healthz", timeout=5)
-    assert sum("/translate\" 200" in line for line in server.lines) == 32
+    assert sum('/translate" 200' in line for line in server.lines) == 32
 
 
 def test_load_bench_runs_batching_and_no_batching_side_by_side(smoke_run):
     result = subprocess.run(
-        [sys.executable, "bench/serve_load.py", "--export", str(smoke_run / "export"), "--clients", "1,3",
-         "--requests", "6", "--max-seconds", "20"], capture_output=True, text=True, timeout=300, env=_env(),
-        cwd=Path(__file__).resolve().parents[1])
+        [
+            sys.executable,
+            "bench/serve_load.py",
+            "--export",
+            str(smoke_run / "export"),
+            "--clients",
+            "1,3",
+            "--requests",
+            "6",
+            "--max-seconds",
+            "20",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(),
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["exit_codes"] == {"batching": 0, "no batching": 0}
@@ -416,11 +508,14 @@ def test_a_ctranslate2_directory_is_served_with_the_saved_models_answers(smoke_r
         assert status == 200, body
         assert body["translations"] == [serial[sentence][0] for sentence in SENTENCES[:8]]  # greedy: kmt's tokens
         good = ask_with_poison(running, [[sentence] for sentence in SENTENCES[:16]])
-        assert [(status, body["translations"]) for status, body in good] == [(200, [serial[s][0]]) for s in
-                                                                             SENTENCES[:16]]
-        status, _, body = running.post("/v1/models/kmt:predict", {"signature_name": "translate",
-                                                                  "instances": SENTENCES[:2]})
-        assert status == 200 and [p["translation"] for p in body["predictions"]] == [serial[s][0] for s in
-                                                                                     SENTENCES[:2]]
+        assert [(status, body["translations"]) for status, body in good] == [
+            (200, [serial[s][0]]) for s in SENTENCES[:16]
+        ]
+        status, _, body = running.post(
+            "/v1/models/kmt:predict", {"signature_name": "translate", "instances": SENTENCES[:2]}
+        )
+        assert status == 200 and [p["translation"] for p in body["predictions"]] == [
+            serial[s][0] for s in SENTENCES[:2]
+        ]
     finally:
         assert running.stop() == 0

@@ -11,8 +11,12 @@ class FailsOnPoison:
     the real exports when the request arrives (tests/test_serve.py), so none is left to drive a real batch into
     this path."""
 
-    signatures = {"translate": Signature(inputs={"text": Tensor("DT_STRING", (-1,), "text")},
-                                         outputs={"translation": Tensor("DT_STRING", (-1,), "translation")})}
+    signatures = {
+        "translate": Signature(
+            inputs={"text": Tensor("DT_STRING", (-1,), "text")},
+            outputs={"translation": Tensor("DT_STRING", (-1,), "translation")},
+        )
+    }
 
     def __init__(self):
         self.calls = []
@@ -30,13 +34,17 @@ def test_a_failed_batch_is_decoded_again_one_sentence_at_a_time_and_only_the_gui
     async def serve():
         batcher = Batcher(model, max_batch_size=8, timeout_s=0.5, max_queue=64)
         await batcher.start()
-        answers = await asyncio.gather(*(batcher.submit("translate", {"text": text}) for text in requests),
-                                       return_exceptions=True)
+        answers = await asyncio.gather(
+            *(batcher.submit("translate", {"text": text}) for text in requests), return_exceptions=True
+        )
         await batcher.stop()
         return answers, batcher.depth
 
     answers, depth = asyncio.run(serve())
     assert isinstance(answers[1], DecodingFailed) and "cannot take poison" in str(answers[1])
-    assert [answers[i] for i in (0, 2, 3)] == [{"translation": ["A", "B"]}, {"translation": ["D"]},
-                                               {"translation": ["E", "F", "G"]}]
+    assert [answers[i] for i in (0, 2, 3)] == [
+        {"translation": ["A", "B"]},
+        {"translation": ["D"]},
+        {"translation": ["E", "F", "G"]},
+    ]
     assert model.calls == [8] + [1] * 8 and depth == 0  # the batch, then each of its sentences ("c" too)

@@ -97,8 +97,10 @@ def test_line_count_mismatch_names_both_files_and_counts(tmp_path):
 
 
 def test_load_parallel_with_and_without_test(tmp_path):
-    files = {name: (write(tmp_path / f"{name}.src", "a\nb\n"), write(tmp_path / f"{name}.tgt", "c\nd\n"))
-             for name in ("train", "val", "test")}
+    files = {
+        name: (write(tmp_path / f"{name}.src", "a\nb\n"), write(tmp_path / f"{name}.tgt", "c\nd\n"))
+        for name in ("train", "val", "test")
+    }
     assert {k: len(v) for k, v in load_parallel(files).items()} == {"train": 2, "val": 2, "test": 2}
     assert set(load_parallel({"train": files["train"], "val": files["val"]})) == {"train", "val"}
     assert set(load_parallel({**files, "test": None})) == {"train", "val"}
@@ -130,7 +132,8 @@ def test_multi30k_downloads_through_file_url_and_then_reads_locally(tmp_path):
     assert corpus["val"].source[2] == "de caption 2" and corpus["val"].target[2] == "en caption 2"
     folder = tmp_path / "data" / "multi30k"
     assert sorted(p.name for p in folder.iterdir()) == sorted(
-        f"{n}.{lang}" for n in ("train", "val", "test_2016_flickr") for lang in ("en", "de"))  # no temporary files left
+        f"{n}.{lang}" for n in ("train", "val", "test_2016_flickr") for lang in ("en", "de")
+    )  # no temporary files left
     again = load_multi30k(tmp_path / "data", "de", "en", download=False, url="file:///nowhere")
     assert again == corpus
 
@@ -171,8 +174,12 @@ def test_multi30k_file_is_fetched_whole_or_not_at_all(tmp_path):
     assert raw == tmp_path / "data" / "multi30k" / "test_2016_flickr.de" and raw.read_text().count("\n") == 3
     assert ensure_multi30k_file(tmp_path / "data", "test", "de", download=False, url="file:///nowhere") == raw
     missing = f"{url}/data/task1/tok/test_2016_flickr.lc.norm.tok.de"
-    raises_one_line(missing, "place test_2016_flickr.lc.norm.tok.de in", "by hand",
-                    call=lambda: ensure_multi30k_file(tmp_path / "data", "test", "de", tokenized=True, url=url))
+    raises_one_line(
+        missing,
+        "place test_2016_flickr.lc.norm.tok.de in",
+        "by hand",
+        call=lambda: ensure_multi30k_file(tmp_path / "data", "test", "de", tokenized=True, url=url),
+    )
     assert sorted(path.name for path in (tmp_path / "data").rglob("*")) == ["multi30k", "test_2016_flickr.de"]
 
 
@@ -203,9 +210,21 @@ def test_multi30k_bad_languages_name_the_value(tmp_path, source, target, bad):
 # load_spa_eng
 
 SPA_LINES = [
-    ("Go.", "Ve."), ("Go.", "Vete."), ("Go.", "Váyase."), ("Hi.", "Hola."), ("Run!", "¡Corre!"),
-    ("Run!", "¡Corran!"), ("Who?", "¿Quién?"), ("Wow!", "¡Órale!"), ("Fire!", "¡Fuego!"), ("Help!", "¡Ayuda!"),
-    ("Jump.", "Salta."), ("Stop!", "¡Para!"), ("Wait!", "¡Espera!"), ("Wait!", "¡Esperen!"), ("Hello!", "¡Hola!"),
+    ("Go.", "Ve."),
+    ("Go.", "Vete."),
+    ("Go.", "Váyase."),
+    ("Hi.", "Hola."),
+    ("Run!", "¡Corre!"),
+    ("Run!", "¡Corran!"),
+    ("Who?", "¿Quién?"),
+    ("Wow!", "¡Órale!"),
+    ("Fire!", "¡Fuego!"),
+    ("Help!", "¡Ayuda!"),
+    ("Jump.", "Salta."),
+    ("Stop!", "¡Para!"),
+    ("Wait!", "¡Espera!"),
+    ("Wait!", "¡Esperen!"),
+    ("Hello!", "¡Hola!"),
 ]
 
 
@@ -230,8 +249,9 @@ def test_spa_eng_split_by_english_sentence_is_disjoint_complete_and_seeded(tmp_p
 def test_spa_eng_from_spanish_swaps_the_sides_of_the_same_split(tmp_path):
     write(tmp_path / "spa-eng" / "spa.txt", spa_text())
     forward = load_spa_eng(tmp_path, seed=1, val_size=3, test_size=2, download=False)
-    backward = load_spa_eng(tmp_path, seed=1, val_size=3, test_size=2, download=False, source_lang="es",
-                            target_lang="en")
+    backward = load_spa_eng(
+        tmp_path, seed=1, val_size=3, test_size=2, download=False, source_lang="es", target_lang="en"
+    )
     for split in ("train", "val", "test"):
         assert (backward[split].source, backward[split].target) == (forward[split].target, forward[split].source)
 
@@ -239,8 +259,12 @@ def test_spa_eng_from_spanish_swaps_the_sides_of_the_same_split(tmp_path):
 @pytest.mark.parametrize("source, target", [("en", "fr"), ("es", "es"), ("de", "en")])
 def test_spa_eng_in_other_languages_is_a_one_line_error(tmp_path, source, target):
     write(tmp_path / "spa-eng" / "spa.txt", spa_text())
-    raises_one_line(f"Received: source_lang={source!r}, target_lang={target!r}", call=lambda: load_spa_eng(
-        tmp_path, val_size=3, test_size=2, download=False, source_lang=source, target_lang=target))
+    raises_one_line(
+        f"Received: source_lang={source!r}, target_lang={target!r}",
+        call=lambda: load_spa_eng(
+            tmp_path, val_size=3, test_size=2, download=False, source_lang=source, target_lang=target
+        ),
+    )
 
 
 def test_spa_eng_config_takes_its_languages_and_a_saved_run_from_before_them_reads_as_english_spanish(tmp_path):
@@ -254,8 +278,9 @@ def test_spa_eng_config_takes_its_languages_and_a_saved_run_from_before_them_rea
     sizes = [f"data.dir={tmp_path}", "data.num_val=3", "data.num_test=2", "data.download=false"]
     val = load_corpus(compose_config("data=spa_eng", *sizes).data)["val"]
     assert set(zip(val.source, val.target)) <= set(SPA_LINES)  # English -> Spanish by default
-    raises_one_line("target_lang='de'", call=lambda: load_corpus(
-        compose_config("data=spa_eng", "data.target_lang=de", *sizes).data))  # asked for now: refused
+    raises_one_line(
+        "target_lang='de'", call=lambda: load_corpus(compose_config("data=spa_eng", "data.target_lang=de", *sizes).data)
+    )  # asked for now: refused
     saved = compose_config("data=spa_eng", *sizes)
     saved.data.target_lang = "de"  # what runs saved before data.source_lang/target_lang applied to spa_eng hold
     write(tmp_path / "run" / "config.yaml", OmegaConf.to_yaml(saved, resolve=True))

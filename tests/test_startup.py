@@ -43,8 +43,9 @@ def test_a_command_running_tensorflow_prints_nothing():
     command, which imports `kmt.cli` first), none."""
     script = "import kmt.cli, tensorflow as tf; print(int(tf.constant(1) + 1))"
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"} | {"KERAS_BACKEND": "tensorflow"}
-    shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                           env=env | {"TF_CPP_MIN_LOG_LEVEL": "0"})
+    shown = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env | {"TF_CPP_MIN_LOG_LEVEL": "0"}
+    )
     quiet = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
     assert shown.returncode == quiet.returncode == 0 and shown.stdout == quiet.stdout == "2\n"
     assert any(_STARTUP_NOISE.match(line) for line in shown.stderr.splitlines()), shown.stderr
@@ -54,9 +55,11 @@ def test_a_command_running_tensorflow_prints_nothing():
 def test_importing_kmt_changes_nothing_and_importing_its_layers_registers_them():
     """A library user's `import kmt` leaves the import system, the environment and stderr alone; `import kmt.layers`
     registers kmt's layers with Keras (so a model.keras that holds them loads)."""
-    script = ("import os, sys; finders = list(sys.meta_path); import kmt; "
-              "print(sys.meta_path == finders, 'TF_CPP_MIN_LOG_LEVEL' in os.environ); "
-              "import keras, kmt.layers; print(keras.saving.get_registered_object('kmt>MultiHeadAttention').__name__)")
+    script = (
+        "import os, sys; finders = list(sys.meta_path); import kmt; "
+        "print(sys.meta_path == finders, 'TF_CPP_MIN_LOG_LEVEL' in os.environ); "
+        "import keras, kmt.layers; print(keras.saving.get_registered_object('kmt>MultiHeadAttention').__name__)"
+    )
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
     assert result.returncode == 0 and result.stdout == "True False\nMultiHeadAttention\n", result.stdout + result.stderr
@@ -65,7 +68,9 @@ def test_importing_kmt_changes_nothing_and_importing_its_layers_registers_them()
 def test_importing_kmt_and_its_serving_and_translating_modules_imports_neither_keras_nor_tensorflow():
     """TensorFlow (which imports Keras, JAX and matplotlib itself) takes seconds to import: kmt-serve opens its port
     before it loads the model, and kmt-translate on a CTranslate2 directory never needs it."""
-    script = ("import sys, kmt, kmt.cli.serve, kmt.cli.translate, kmt.serving.app, kmt.inference.ctranslate2; "
-              "print(' '.join(sorted({'keras', 'tensorflow', 'matplotlib', 'jax'} & set(sys.modules))))")
+    script = (
+        "import sys, kmt, kmt.cli.serve, kmt.cli.translate, kmt.serving.app, kmt.inference.ctranslate2; "
+        "print(' '.join(sorted({'keras', 'tensorflow', 'matplotlib', 'jax'} & set(sys.modules))))"
+    )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout == "\n", result.stdout + result.stderr

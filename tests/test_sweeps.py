@@ -22,8 +22,11 @@ SMOKE = ("debug=smoke", "trainer.export=false")
 # TensorFlow's native start-up lines (kmt/_startup.py), as a process that imports TensorFlow unfiltered writes them:
 # Abseil's notice, `I0000 <time> <thread> cudart_stub.cc:31] Could not find cuda drivers ...`, the CPU-instruction
 # notice, `E0000 ... cuda_platform.cc:52] failed call to cuInit ...`.
-TF_START_UP = re.compile(r"absl::InitializeLog|^[IWE]\d{4} [\d:.]+ +\d+ \S+\.cc:\d+\]|oneDNN custom operations"
-                         r"|cpu_feature_guard|rebuild TensorFlow", re.MULTILINE)
+TF_START_UP = re.compile(
+    r"absl::InitializeLog|^[IWE]\d{4} [\d:.]+ +\d+ \S+\.cc:\d+\]|oneDNN custom operations"
+    r"|cpu_feature_guard|rebuild TensorFlow",
+    re.MULTILINE,
+)
 
 
 def _train(*args, timeout=300, native_logs=False):
@@ -33,8 +36,13 @@ def _train(*args, timeout=300, native_logs=False):
     env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
     if native_logs:
         del env["TF_CPP_MIN_LOG_LEVEL"]
-    process = subprocess.Popen([sys.executable, "-m", "kmt.cli.train", *map(str, args)], env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kmt.cli.train", *map(str, args)],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         output, _ = process.communicate(timeout=timeout)
     finally:
@@ -67,8 +75,14 @@ def _trainer_pid(job_dir):
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["parallel", "slurm_local"])  # joblib's processes; submitit's local executor
 def test_each_job_trains_in_a_process_of_its_own_and_the_sweep_gets_one_summary(tmp_path, launcher):
-    status, output, launcher_pid = _train("-m", f"hydra/launcher={launcher}", "optim.lr_scale=1,2", *SMOKE,
-                                          f"hydra.sweep.dir={tmp_path}", native_logs=True)
+    status, output, launcher_pid = _train(
+        "-m",
+        f"hydra/launcher={launcher}",
+        "optim.lr_scale=1,2",
+        *SMOKE,
+        f"hydra.sweep.dir={tmp_path}",
+        native_logs=True,
+    )
     assert status == 0, output[-3000:]
     assert not TF_START_UP.findall(output), output[-3000:]  # hidden in the jobs' processes as in kmt-train's
     jobs = [tmp_path / "0", tmp_path / "1"]
@@ -87,8 +101,9 @@ def test_each_job_trains_in_a_process_of_its_own_and_the_sweep_gets_one_summary(
 def test_optuna_search_writes_its_best_parameters_and_the_summary(tmp_path):
     # The recipes' search file, 3 trials at smoke size; Hydra's basic launcher runs them one after another in the
     # launching process, so FreeMemory runs after each.
-    status, output, launcher_pid = _train("hparams_search=multi30k_optuna", "hydra.sweeper.n_trials=3", *SMOKE,
-                                          f"hydra.sweep.dir={tmp_path}")
+    status, output, launcher_pid = _train(
+        "hparams_search=multi30k_optuna", "hydra.sweeper.n_trials=3", *SMOKE, f"hydra.sweep.dir={tmp_path}"
+    )
     assert status == 0, output[-3000:]
     rows = _summary(tmp_path)
     assert [row["status"] for row in rows] == ["ok"] * 3
@@ -109,13 +124,17 @@ def test_the_summary_table_keeps_one_cell_per_column_with_sacrebleu_signatures(t
     for job, bleu in enumerate([12.5, 30.25]):
         (tmp_path / str(job)).mkdir()
         (tmp_path / str(job) / "metrics.json").write_text(
-            json.dumps({"test": {"bleu": bleu, "bleu_signature": signature}}))
+            json.dumps({"test": {"bleu": bleu, "bleu_signature": signature}})
+        )
     (tmp_path / "2").mkdir()  # a job that failed: no metrics.json
     summarize(tmp_path)
     header, cells = _check_markdown_table(tmp_path / "summary.md")
     assert header == ["job", "overrides", "status", "test.bleu", "test.bleu_signature"]
-    assert cells == [["0", "", "ok", "12.5", signature], ["1", "", "ok", "30.25", signature],
-                     ["2", "", "failed", "", ""]]
+    assert cells == [
+        ["0", "", "ok", "12.5", signature],
+        ["1", "", "ok", "30.25", signature],
+        ["2", "", "failed", "", ""],
+    ]
 
 
 def test_free_memory_starts_keras_afresh_after_a_job():
@@ -132,28 +151,41 @@ def test_free_memory_starts_keras_afresh_after_a_job():
 @pytest.mark.parametrize(
     "choice, plugin, line",
     [
-        ("hydra/launcher=joblib", "hydra_joblib_launcher",
-         'hydra/launcher=joblib needs the Hydra plugin hydra-joblib-launcher, which is not installed: '
-         'pip install "kmt[sweep]"'),
-        ("hydra/launcher=slurm", "hydra_submitit_launcher",
-         'hydra/launcher=slurm needs the Hydra plugin hydra-submitit-launcher, which is not installed: '
-         'pip install "kmt[sweep]"'),
-        ("hparams_search=multi30k_optuna", "hydra_optuna_sweeper",
-         'hydra/sweeper=optuna needs the Hydra plugin hydra-optuna-sweeper, which is not installed: '
-         'pip install "kmt[sweep]"'),
-        ("hydra/launcher=ray_cluster", "hydra_ray_launcher",
-         'hydra/launcher=ray_cluster needs the Hydra plugin hydra-ray-launcher, which is not installed: '
-         'pip install "kmt[ray]"'),
+        (
+            "hydra/launcher=joblib",
+            "hydra_joblib_launcher",
+            "hydra/launcher=joblib needs the Hydra plugin hydra-joblib-launcher, which is not installed: "
+            'pip install "kmt[sweep]"',
+        ),
+        (
+            "hydra/launcher=slurm",
+            "hydra_submitit_launcher",
+            "hydra/launcher=slurm needs the Hydra plugin hydra-submitit-launcher, which is not installed: "
+            'pip install "kmt[sweep]"',
+        ),
+        (
+            "hparams_search=multi30k_optuna",
+            "hydra_optuna_sweeper",
+            "hydra/sweeper=optuna needs the Hydra plugin hydra-optuna-sweeper, which is not installed: "
+            'pip install "kmt[sweep]"',
+        ),
+        (
+            "hydra/launcher=ray_cluster",
+            "hydra_ray_launcher",
+            "hydra/launcher=ray_cluster needs the Hydra plugin hydra-ray-launcher, which is not installed: "
+            'pip install "kmt[ray]"',
+        ),
     ],
 )
-def test_a_launcher_or_sweeper_without_its_plugin_is_one_line_before_any_data_is_read(tmp_path, choice, plugin,
-                                                                                      line):
+def test_a_launcher_or_sweeper_without_its_plugin_is_one_line_before_any_data_is_read(tmp_path, choice, plugin, line):
     # The plugin made unimportable (None in sys.modules), as where it was never installed: Hydra's plugin scan
     # then never registers its configs.
     sweep_dir = tmp_path / "sweep"
-    code = (f"import sys; sys.modules['hydra_plugins.{plugin}'] = None; "
-            f"sys.argv = ['kmt-train', '-m', '{choice}', 'debug=smoke', 'hydra.sweep.dir={sweep_dir}']; "
-            "from kmt.cli.train import main; main()")
+    code = (
+        f"import sys; sys.modules['hydra_plugins.{plugin}'] = None; "
+        f"sys.argv = ['kmt-train', '-m', '{choice}', 'debug=smoke', 'hydra.sweep.dir={sweep_dir}']; "
+        "from kmt.cli.train import main; main()"
+    )
     env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 2

@@ -33,7 +33,11 @@ def test_reserved_ids_and_special_tokens_decode_to_nothing(tokenizer):
     padded = tf.concat([[[START_ID]], ids, [[END_ID, PAD_ID, PAD_ID]]], axis=1)
     assert tokenizer.detokenize(padded).numpy()[0].decode() == "5 March 1996"
     assert tokenizer.id_to_piece(tf.constant([PAD_ID, UNK_ID, START_ID, END_ID])).numpy().tolist() == [
-        b"<pad>", b"<unk>", b"<s>", b"</s>"]
+        b"<pad>",
+        b"<unk>",
+        b"<s>",
+        b"</s>",
+    ]
 
 
 def test_save_and_load_give_the_same_ids(tokenizer, tmp_path):
@@ -64,8 +68,10 @@ def test_a_vocabulary_the_corpus_cannot_fill_is_logged_as_capped(caplog):
     with caplog.at_level("WARNING", logger="kmt.tokenizer"):
         tokenizer = train_tokenizer(["abc abd", "abd bca"], vocab_size=2000)
     assert tokenizer.vocab_size < 2000
-    assert f"tokenizer.vocab_size=2000 is more than the training text fills; capped at {tokenizer.vocab_size} " \
-           "pieces" in caplog.text
+    assert (
+        f"tokenizer.vocab_size=2000 is more than the training text fills; capped at {tokenizer.vocab_size} "
+        "pieces" in caplog.text
+    )
 
 
 def test_bad_model_type_is_a_config_error():

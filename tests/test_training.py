@@ -29,9 +29,20 @@ def _history(run_dir):
 
 def test_smoke_run_makes_every_file_and_resumes(smoke_run, tmp_path):
     # smoke_run is `kmt-train debug=smoke trainer.epochs=2`, as a user would first run it.
-    for path in [".hydra/config.yaml", "config.yaml", "tokenizer/joint.model", "checkpoints/epoch_001.weights.h5",
-                 "checkpoints/epoch_002.weights.h5", "checkpoints/best.weights.h5", "logs/history.csv",
-                 "logs/curves.png", "model.keras", "metrics.json", "train.log", "export/saved_model.pb"]:
+    for path in [
+        ".hydra/config.yaml",
+        "config.yaml",
+        "tokenizer/joint.model",
+        "checkpoints/epoch_001.weights.h5",
+        "checkpoints/epoch_002.weights.h5",
+        "checkpoints/best.weights.h5",
+        "logs/history.csv",
+        "logs/curves.png",
+        "model.keras",
+        "metrics.json",
+        "train.log",
+        "export/saved_model.pb",
+    ]:
         assert (smoke_run / path).exists(), path
     assert list((smoke_run / "logs").glob("train/events.out.tfevents.*"))
     metrics = json.loads((smoke_run / "metrics.json").read_text())
@@ -62,8 +73,17 @@ def test_kmt_train_learns_the_dates_task(tmp_path):
     at token accuracy 0.66) but next to no date exactly. Measured: test exact match 0.68 and 0.695, token accuracy
     0.930 and 0.923 (seeds 1234 and 7); with optim.lr_scale=1e-6, which stops learning, far below both."""
     run_dir = tmp_path / "run"
-    result = run_cli("train", "data.num_train=4000", "data.num_val=200", "data.num_test=200", "data.max_tokens=512",
-                     "trainer.epochs=4", "decode.beam_size=1", "trainer.export=false", f"hydra.run.dir={run_dir}")
+    result = run_cli(
+        "train",
+        "data.num_train=4000",
+        "data.num_val=200",
+        "data.num_test=200",
+        "data.max_tokens=512",
+        "trainer.epochs=4",
+        "decode.beam_size=1",
+        "trainer.export=false",
+        f"hydra.run.dir={run_dir}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     test = json.loads((run_dir / "metrics.json").read_text())["test"]
     assert test["pairs"] == 200
@@ -75,9 +95,15 @@ def test_fine_tuning_starts_from_another_runs_vocabulary_and_weights(smoke_run, 
     ends with the weights the other run ended with (a fresh start would end far from them)."""
     caplog.set_level("INFO")
     base = shutil.copytree(smoke_run, tmp_path / "base")  # a copy, to delete below
-    overrides = [f"trainer.init_from={base}", "optim.lr_scale=1e-9", "model.dropout=0.3",
-                 "model.source_word_dropout=0.2", "data.tokenizer.vocab_size=400", "data.seed=7",
-                 "trainer.export=false"]
+    overrides = [
+        f"trainer.init_from={base}",
+        "optim.lr_scale=1e-9",
+        "model.dropout=0.3",
+        "model.source_word_dropout=0.2",
+        "data.tokenizer.vocab_size=400",
+        "data.seed=7",
+        "trainer.export=false",
+    ]
     train(compose_config(*overrides), tmp_path / "tuned")
     vocabulary = (base / "tokenizer" / "joint.model").read_bytes()
     assert (tmp_path / "tuned" / "tokenizer" / "joint.model").read_bytes() == vocabulary
@@ -96,9 +122,14 @@ def test_fine_tuning_starts_from_another_runs_vocabulary_and_weights(smoke_run, 
     weights = smoke_run / "checkpoints" / "epoch_001.weights.h5"
     assert init_source(str(weights), cfg.model) == (smoke_run, weights)
     wider = compose_config("model.hidden_dim=64", "model.num_layers=2").model
-    with pytest.raises(KmtError, match=re.escape(f"{smoke_run} was trained with model.num_layers=1, "
-                                                 "model.hidden_dim=32; this run has model.num_layers=2, "
-                                                 "model.hidden_dim=64; set them to match")):
+    with pytest.raises(
+        KmtError,
+        match=re.escape(
+            f"{smoke_run} was trained with model.num_layers=1, "
+            "model.hidden_dim=32; this run has model.num_layers=2, "
+            "model.hidden_dim=64; set them to match"
+        ),
+    ):
         init_source(str(smoke_run), wider)
     with pytest.raises(KmtError, match="is not a kmt run directory"):
         init_source(str(tmp_path), cfg.model)
@@ -115,8 +146,9 @@ def test_train_returns_the_metrics_and_leaves_the_config_as_it_was(tmp_path):
 
 
 def test_perplexity_is_logged_and_without_smoothing_is_exp_of_the_loss(tmp_path):
-    cfg = compose_config("optim.label_smoothing=0", "trainer.objective=ppl", "trainer.monitor=val_ppl",
-                         "trainer.export=false")
+    cfg = compose_config(
+        "optim.label_smoothing=0", "trainer.objective=ppl", "trainer.monitor=val_ppl", "trainer.export=false"
+    )
     train(cfg, tmp_path)
     val = json.loads((tmp_path / "metrics.json").read_text())["val"]
     assert val["ppl"] == pytest.approx(math.exp(val["loss"]), rel=1e-4)
@@ -127,8 +159,13 @@ def test_perplexity_is_logged_and_without_smoothing_is_exp_of_the_loss(tmp_path)
 
 
 def test_val_bleu_is_logged_every_epoch_and_picks_the_best_checkpoint(tmp_path):
-    cfg = compose_config("trainer.epochs=2", "trainer.val_bleu=true", "trainer.monitor=val_bleu",
-                         "trainer.precision=mixed_bfloat16", "trainer.export=false")
+    cfg = compose_config(
+        "trainer.epochs=2",
+        "trainer.val_bleu=true",
+        "trainer.monitor=val_bleu",
+        "trainer.precision=mixed_bfloat16",
+        "trainer.export=false",
+    )
     train(cfg, tmp_path)
     history = _history(tmp_path)
     scores = [float(row["val_bleu"]) for row in history]
@@ -158,8 +195,10 @@ def test_cooldown_ends_with_the_run_and_a_cut_short_one_says_so(tmp_path, caplog
     assert "did not cool down" not in caplog.text
 
     caplog.clear()  # a wall-clock budget that stops the run after one of three epochs
-    train(compose_config("trainer.epochs=3", "trainer.max_minutes=0.0001", "optim.cooldown=0.5",
-                         "trainer.export=false"), tmp_path / "cut")
+    train(
+        compose_config("trainer.epochs=3", "trainer.max_minutes=0.0001", "optim.cooldown=0.5", "trainer.export=false"),
+        tmp_path / "cut",
+    )
     assert len(_history(tmp_path / "cut")) == 1
     assert "did not cool down; lower trainer.epochs" in caplog.text
 
@@ -202,8 +241,9 @@ def test_accumulated_batches_make_one_update_with_their_mean_gradient():
     no_dropout = ["model.dropout=0", "model.attention_dropout=0", "model.activation_dropout=0"]
     rng = np.random.default_rng(0)
     source, target = rng.integers(1, 40, (4, 6), dtype="int32"), rng.integers(1, 40, (4, 7), dtype="int32")
-    halves = [({"source": source[i : i + 2], "target_in": target[i : i + 2, :-1]}, target[i : i + 2, 1:])
-              for i in (0, 2)]  # two batches of 2 sentences, no padding: 12 target tokens each
+    halves = [
+        ({"source": source[i : i + 2], "target_in": target[i : i + 2, :-1]}, target[i : i + 2, 1:]) for i in (0, 2)
+    ]  # two batches of 2 sentences, no padding: 12 target tokens each
 
     def trained(accumulation, batches):
         cfg = compose_config(*no_dropout, f"optim.gradient_accumulation_steps={accumulation}")
@@ -219,6 +259,7 @@ def test_accumulated_batches_make_one_update_with_their_mean_gradient():
     (_, after_first), (accumulated, updates) = trained(2, halves)
     assert after_first == 0 and updates == 1
     [(whole, _)] = trained(1, [({"source": source, "target_in": target[:, :-1]}, target[:, 1:])])
+
     # The loss is a mean over target tokens, so one batch of all 4 sentences has the mean gradient of the halves.
     # Adam's first moment after one update is (1 - beta_1) * gradient, linear in it, so compare that: the weights
     # themselves move by about lr * g / |g|, which turns rounding noise in near-zero gradients into +-lr.
@@ -250,10 +291,14 @@ def test_the_train_step_is_traced_once_across_batch_shapes():
         return step(data)
 
     model.train_step = traced_step
-    batches = [({"source": tf.fill((b, s), 5), "target_in": tf.fill((b, t), 6)}, tf.fill((b, t), 7))
-               for b, s, t in [(4, 3, 5), (2, 7, 6), (3, 4, 2), (1, 9, 9)]]
-    signature = ({"source": tf.TensorSpec([None, None], tf.int32), "target_in": tf.TensorSpec([None, None], tf.int32)},
-                 tf.TensorSpec([None, None], tf.int32))
+    batches = [
+        ({"source": tf.fill((b, s), 5), "target_in": tf.fill((b, t), 6)}, tf.fill((b, t), 7))
+        for b, s, t in [(4, 3, 5), (2, 7, 6), (3, 4, 2), (1, 9, 9)]
+    ]
+    signature = (
+        {"source": tf.TensorSpec([None, None], tf.int32), "target_in": tf.TensorSpec([None, None], tf.int32)},
+        tf.TensorSpec([None, None], tf.int32),
+    )
     data = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=signature)
     data = data.apply(tf.data.experimental.assert_cardinality(len(batches)))
     model.fit(data, epochs=2, verbose=0, shuffle=False)
@@ -263,7 +308,12 @@ def test_the_train_step_is_traced_once_across_batch_shapes():
 
 def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
     result = run_cli(
-        "train", "-m", "model.num_layers=1,2", "optim.warmup_steps=100", "debug=smoke", "trainer.export=false",
+        "train",
+        "-m",
+        "model.num_layers=1,2",
+        "optim.warmup_steps=100",
+        "debug=smoke",
+        "trainer.export=false",
         f"hydra.sweep.dir={tmp_path}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -286,13 +336,19 @@ def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
     [
         ("model.hidden_dim=31", "model.hidden_dim must be divisible by model.num_heads"),
         ("model.dropout=-0.1", "model.dropout must be in [0, 1)"),
-        ("model.source_word_dropout=1", "model.source_word_dropout must be in [0, 1). Received: "
-                                        "model.source_word_dropout=1"),
-        ("model.late_dropout=1.0 model.late_dropout_after=3", "model.late_dropout must be in [0, 1) or null. "
-                                                              "Received: model.late_dropout=1.0"),
+        (
+            "model.source_word_dropout=1",
+            "model.source_word_dropout must be in [0, 1). Received: model.source_word_dropout=1",
+        ),
+        (
+            "model.late_dropout=1.0 model.late_dropout_after=3",
+            "model.late_dropout must be in [0, 1) or null. Received: model.late_dropout=1.0",
+        ),
         ("model.late_dropout=0.3", "model.late_dropout needs model.late_dropout_after > 0 epochs. Received: 0"),
-        ("model.late_dropout=0.3 model.late_dropout_after=2 model.dropout=0", "model.late_dropout needs "
-                                                                              "model.dropout > 0"),
+        (
+            "model.late_dropout=0.3 model.late_dropout_after=2 model.dropout=0",
+            "model.late_dropout needs model.dropout > 0",
+        ),
         ("trainer.precision=float64", "trainer.precision must be one of"),
         ("data.name=wmt", "data.name must be one of"),
         ("data.bucket_width=-2", "data.bucket_width must be >= 0. Received: -2"),
@@ -302,19 +358,27 @@ def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
         ("optim.weight_decay=-0.01", "optim.weight_decay must be >= 0. Received: -0.01"),
         ("data.subword_sampling=-0.1", "data.subword_sampling must be >= 0. Received: -0.1"),
         ("data.subword_sampling=0.5 data.tokenizer.model_type=bpe", "needs data.tokenizer.model_type=unigram"),
-        ("data.tokenized=true", "data.tokenized applies to data=multi30k only. Received: data.tokenized=true with "
-                                "data=dates"),
-        ("trainer.monitor=bleu",
-         "trainer.monitor must be one of val_loss, val_ppl, val_accuracy, val_bleu. Received: 'bleu'"),
+        (
+            "data.tokenized=true",
+            "data.tokenized applies to data=multi30k only. Received: data.tokenized=true with data=dates",
+        ),
+        (
+            "trainer.monitor=bleu",
+            "trainer.monitor must be one of val_loss, val_ppl, val_accuracy, val_bleu. Received: 'bleu'",
+        ),
         ("trainer.monitor=val_bleu", "trainer.monitor=val_bleu needs trainer.val_bleu=true"),
         ("trainer.patience=-1", "trainer.patience must be >= 0. Received: -1"),
         ("optim.gradient_accumulation_steps=0", "optim.gradient_accumulation_steps must be positive. Received: 0"),
         ("decode.sampling_topk=-1 decode.beam_size=1", "decode.sampling_topk must be >= 0. Received: -1"),
-        ("decode.sampling_topk=0 decode.beam_size=4", "samples with decode.beam_size=1 only. Received: "
-                                                      "sampling_topk=0, beam_size=4"),
+        (
+            "decode.sampling_topk=0 decode.beam_size=4",
+            "samples with decode.beam_size=1 only. Received: sampling_topk=0, beam_size=4",
+        ),
         ("decode.sampling_temperature=0", "decode.sampling_temperature must be positive. Received: 0"),
-        ("decode.sampling_topp=1.5 decode.sampling_topk=0 decode.beam_size=1",
-         "decode.sampling_topp must be in (0, 1]. Received: 1.5"),
+        (
+            "decode.sampling_topp=1.5 decode.sampling_topk=0 decode.beam_size=1",
+            "decode.sampling_topp must be in (0, 1]. Received: 1.5",
+        ),
         ("decode.sampling_topp=0.9", "decode.sampling_topp applies to sampling: set decode.sampling_topk=0"),
     ],
 )
@@ -332,8 +396,16 @@ def test_bad_values_are_rejected_before_any_data_is_read(override, message):
         (["model.hidden_dim=31"], "hidden_dim=31, num_heads=2"),
         (["trainer.init_from=/no/such/run"], "trainer.init_from=/no/such/run: no such run directory or weights file"),
         (["data=parallel"], "data.train.source"),
-        (["data=parallel", "data.train.source=/no/such.en", "data.train.target=/no/such.de",
-          "data.val.source=/no/such.en", "data.val.target=/no/such.de"], "/no/such.en"),
+        (
+            [
+                "data=parallel",
+                "data.train.source=/no/such.en",
+                "data.train.target=/no/such.de",
+                "data.val.source=/no/such.en",
+                "data.val.target=/no/such.de",
+            ],
+            "/no/such.en",
+        ),
     ],
 )
 def test_config_and_path_mistakes_end_with_one_clear_line(tmp_path, args, message):
@@ -348,8 +420,11 @@ def test_mismatched_parallel_files_name_both_files(tmp_path):
     (tmp_path / "a.en").write_text("one\ntwo\nthree\n")
     (tmp_path / "a.de").write_text("eins\nzwei\n")
     cfg = compose_config(
-        "data=parallel", f"data.train.source={tmp_path / 'a.en'}", f"data.train.target={tmp_path / 'a.de'}",
-        f"data.val.source={tmp_path / 'a.en'}", f"data.val.target={tmp_path / 'a.de'}",
+        "data=parallel",
+        f"data.train.source={tmp_path / 'a.en'}",
+        f"data.train.target={tmp_path / 'a.de'}",
+        f"data.val.source={tmp_path / 'a.en'}",
+        f"data.val.target={tmp_path / 'a.de'}",
     )
     with pytest.raises(DataError, match="a.en has 3 lines but .*a.de has 2"):
         train(cfg, tmp_path / "run")
@@ -381,8 +456,9 @@ def test_a_smoke_run_on_multi30k_keeps_nearly_all_its_pairs(tmp_path):
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
 def test_smoke_run_on_multi30k_tok_copies_scores_without_retokenizing(tmp_path):
-    cfg = compose_config("experiment=multi30k_en_de", "data.tokenized=true", "data.download=false",
-                         "trainer.export=false")
+    cfg = compose_config(
+        "experiment=multi30k_en_de", "data.tokenized=true", "data.download=false", "trainer.export=false"
+    )
     train(cfg, tmp_path)
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert "tok:none" in metrics["val"]["bleu_signature"] and "tok:none" in metrics["test"]["bleu_signature"]

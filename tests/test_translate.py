@@ -21,13 +21,17 @@ class Recorder(BatchedTranslator):
 
     def _translate_batch(self, lines, settings, nbest):
         self.batches.append(list(lines))
-        return [[Hypothesis(line.upper() if k % 2 == 0 else line.lower(), float(len(line) - k)) for k in range(nbest)]
-                for line in lines]
+        return [
+            [Hypothesis(line.upper() if k % 2 == 0 else line.lower(), float(len(line) - k)) for k in range(nbest)]
+            for line in lines
+        ]
 
     def _score_batch(self, sources, targets):
         self.batches.append(list(zip(sources, targets)))
-        return [Score(-float(len(target)) if source else math.nan, len(target) + 1)
-                for source, target in zip(sources, targets)]
+        return [
+            Score(-float(len(target)) if source else math.nan, len(target) + 1)
+            for source, target in zip(sources, targets)
+        ]
 
 
 def test_translate_batches_by_length_and_keeps_input_order():

@@ -33,7 +33,14 @@ def ensemble():
     first = random_model(num_layers=2, **UNTIED_PRE_NORM)
     keras.utils.set_random_seed(2)
     second = Transformer(
-        **TINY | dict(hidden_dim=24, num_heads=3, intermediate_dim=40, shared_embeddings=False, target_vocab_size=17,
-             tied_output=False)
+        **TINY
+        | dict(
+            hidden_dim=24,
+            num_heads=3,
+            intermediate_dim=40,
+            shared_embeddings=False,
+            target_vocab_size=17,
+            tied_output=False,
+        )
     )
     return [first, second]

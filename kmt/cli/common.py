@@ -8,7 +8,8 @@ from kmt.cli.errors import quiet_tensorflow
 
 def setup_logging(verbose=False):
     logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s",
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
     quiet_tensorflow()

@@ -23,11 +23,23 @@ from omegaconf.errors import OmegaConfBaseException
 from kmt.errors import KmtError
 
 # Hydra's own flags, and those that take a value (whose value is not an override).
-_FLAGS_WITH_VALUE = {"-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir", "--cfg", "-c",
-                     "--package", "-p", "--experimental-rerun", "--info", "-i"}
+_FLAGS_WITH_VALUE = {
+    "-cn",
+    "--config-name",
+    "-cp",
+    "--config-path",
+    "-cd",
+    "--config-dir",
+    "--cfg",
+    "-c",
+    "--package",
+    "-p",
+    "--experimental-rerun",
+    "--info",
+    "-i",
+}
 _INFO_FLAGS = {"-h", "--help", "--hydra-help", "--version", "--shell-completion", "-sc", "--resolve"}
-_NOISE = ("To append to your config", "object_type=", "reference_type=", "Set the environment variable",
-          "See https://")
+_NOISE = ("To append to your config", "object_type=", "reference_type=", "Set the environment variable", "See https://")
 _MAX_SWEEP_JOBS_CHECKED = 256
 # The Hydra plugins behind the launchers and the sweeper (docs/scaling.md): the config each registers, its package,
 # and kmt's extra that installs it.
@@ -148,8 +160,9 @@ def check_overrides(argv):
             for param in _search_space(cfg):  # a search file's (hparams_search): each value with the rest as given
                 for value in _choices(param):
                     validate(compose([*first, value]))
-            _check_output_dir(cfg, multirun=bool({"-m", "--multirun"} & set(argv)) or str(cfg.hydra.mode).endswith(
-                "MULTIRUN"))
+            _check_output_dir(
+                cfg, multirun=bool({"-m", "--multirun"} & set(argv)) or str(cfg.hydra.mode).endswith("MULTIRUN")
+            )
     except (HydraException, OmegaConfBaseException) as error:
         fail(missing_plugin(error) or one_line(error))
     except KmtError as error:
@@ -182,8 +195,6 @@ def check_creatable(directory, setting="hydra.run.dir"):
     if existing == directory and directory.is_dir():
         return
     if not existing.is_dir():
-        raise KmtError(f"cannot create {directory}: {existing} is a file, not a directory; choose "
-                       f"another {setting}")
+        raise KmtError(f"cannot create {directory}: {existing} is a file, not a directory; choose another {setting}")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise KmtError(f"cannot create {directory}: no permission to write in {existing}; choose "
-                       f"another {setting}")
+        raise KmtError(f"cannot create {directory}: no permission to write in {existing}; choose another {setting}")

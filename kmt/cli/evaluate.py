@@ -37,21 +37,34 @@ def parse_args(argv=None):
     parser.add_argument("--reference", required=True, help="reference translations, line-aligned with --source")
     tokenization = parser.add_mutually_exclusive_group()
     tokenization.add_argument("--tokenized-reference", help="lowercased Moses-tokenized references (Multi30k tok/)")
-    tokenization.add_argument("--tokenize-reference", action="store_true",
-                              help="also print tokenized BLEU, against --reference lowercased and Moses-tokenized "
-                                   "here as Multi30k's tok/ files were made (for test sets with no such copy)")
-    tokenization.add_argument("--tokenized", action="store_true",
-                              help="source, references and output are lowercased Moses-tokenized text (a model "
-                                   "trained with data.tokenized=true): BLEU splits on spaces only, the published "
-                                   "Multi30k way")
-    parser.add_argument("--lang", help="the target language, whose Moses rules tokenize the output (and, with "
-                                       "--tokenize-reference, the references) for tokenized BLEU (default: the "
-                                       "suffix of --reference or --tokenized-reference that names a language, as "
-                                       "test.de does)")
+    tokenization.add_argument(
+        "--tokenize-reference",
+        action="store_true",
+        help="also print tokenized BLEU, against --reference lowercased and Moses-tokenized "
+        "here as Multi30k's tok/ files were made (for test sets with no such copy)",
+    )
+    tokenization.add_argument(
+        "--tokenized",
+        action="store_true",
+        help="source, references and output are lowercased Moses-tokenized text (a model "
+        "trained with data.tokenized=true): BLEU splits on spaces only, the published "
+        "Multi30k way",
+    )
+    parser.add_argument(
+        "--lang",
+        help="the target language, whose Moses rules tokenize the output (and, with "
+        "--tokenize-reference, the references) for tokenized BLEU (default: the "
+        "suffix of --reference or --tokenized-reference that names a language, as "
+        "test.de does)",
+    )
     parser.add_argument("--hypotheses", help="also write the translations to this file")
-    parser.add_argument("--compare", nargs="+", metavar="SYSTEM",
-                        help="other systems to test against this one, each a SavedModel directory or a file of "
-                             "translations of --source, one per line (paired bootstrap, 1,000 resamples)")
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="SYSTEM",
+        help="other systems to test against this one, each a SavedModel directory or a file of "
+        "translations of --source, one per line (paired bootstrap, 1,000 resamples)",
+    )
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default: 64)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--verbose", action="store_true", help="log progress to stderr")
@@ -66,8 +79,9 @@ def moses_language(args):
     if args.lang:
         known = moses_languages()
         if args.lang not in known:
-            raise DataError(f"--lang {args.lang}: Moses has no tokenization rules for it (it knows "
-                            f"{', '.join(sorted(known))})")
+            raise DataError(
+                f"--lang {args.lang}: Moses has no tokenization rules for it (it knows {', '.join(sorted(known))})"
+            )
         return args.lang
     for path in (args.reference, args.tokenized_reference):
         if path is None:
@@ -100,9 +114,20 @@ def main(argv=None):
         # Files of translations are read first: a mistake in one stops before any model loads.
         compare = {system: read_lines(system) for system in args.compare or [] if not Path(system).is_dir()}
         translator = load(args.export_dir, batch_size=args.batch_size)
-        compare = {system: compare[system] if system in compare else load(system, batch_size=args.batch_size) for system in args.compare or []}
-        scores = evaluate(translator, test.source, test.target, tokenized_references=tokenized, lang=lang,
-                          compare=compare, tokenized=args.tokenized, name=args.export_dir)
+        compare = {
+            system: compare[system] if system in compare else load(system, batch_size=args.batch_size)
+            for system in args.compare or []
+        }
+        scores = evaluate(
+            translator,
+            test.source,
+            test.target,
+            tokenized_references=tokenized,
+            lang=lang,
+            compare=compare,
+            tokenized=args.tokenized,
+            name=args.export_dir,
+        )
     hypotheses = scores.pop("translations")
     if args.hypotheses:
         Path(args.hypotheses).write_text("".join(h.replace("\n", " ") + "\n" for h in hypotheses), encoding="utf-8")
@@ -112,8 +137,10 @@ def main(argv=None):
     print(f"BLEU = {scores['bleu']:.2f}  ({scores['bleu_signature']}; hyp/ref length {scores['length_ratio']:.3f})")
     print(f"chrF = {scores['chrf']:.2f}  ({scores['chrf_signature']})")
     if tokenized is not None:
-        print(f"tokenized BLEU = {scores['tokenized_bleu']:.2f}  (lowercased, Moses-tokenized; "
-              f"{scores['tokenized_bleu_signature']})")
+        print(
+            f"tokenized BLEU = {scores['tokenized_bleu']:.2f}  (lowercased, Moses-tokenized; "
+            f"{scores['tokenized_bleu_signature']})"
+        )
     print(f"exact match = {100 * scores['exact_match']:.1f}%  ({len(test)} sentences)")
     if args.compare:
         print_comparison(scores["compare"], scores["compare_signatures"])
@@ -124,8 +151,10 @@ def print_comparison(results, signatures):
     names = {"bleu": "BLEU", "chrf": "chrF", "tokenized_bleu": "tokenized BLEU"}
     metrics = list(signatures)
     width = max(len(system) for system in results)
-    print("\npaired bootstrap against the first system (95% confidence; p: how likely a difference this large is "
-          "by chance)")
+    print(
+        "\npaired bootstrap against the first system (95% confidence; p: how likely a difference this large is "
+        "by chance)"
+    )
     print((f"{'system':<{width}}  " + "  ".join(f"{names[m]:<32}" for m in metrics)).rstrip())
     for system, row in results.items():
         cells = []

@@ -32,34 +32,64 @@ def parse_args(argv=None):
         prog="kmt-export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("run_dir", help="a kmt-train run directory (holding config.yaml, tokenizer/, checkpoints/)")
-    parser.add_argument("--checkpoint", default="last",
-                        help="'last' (newest epoch), 'best' (best trainer.monitor of the run: lowest val loss by "
-                             "default), or a .weights.h5 path (default: last)")
-    parser.add_argument("--average", type=int, metavar="N",
-                        help="average the last N epoch checkpoints instead (they must be on disk: "
-                             "trainer.keep_checkpoints >= N); also saves checkpoints/average_last{N}.weights.h5")
-    parser.add_argument("--ensemble", nargs="+", metavar="OTHER_RUN",
-                        help="also decode with these runs (each at the same --checkpoint last or best, or the same "
-                             "--average N): the export scores each next token by the mean of the models' "
-                             "probabilities; every run must share RUN_DIR's vocabulary")
-    parser.add_argument("--format", default="savedmodel",
-                        help="'savedmodel' (TensorFlow, the default) or 'ctranslate2' (a CTranslate2 model directory)")
-    parser.add_argument("--quantization",
-                        help="with --format ctranslate2: store the weights as int8, int16 or float16 (default: "
-                             "float32)")
-    parser.add_argument("--output", help="where to write the SavedModel (default: RUN_DIR/export; with --format "
-                                         "ctranslate2, RUN_DIR/ctranslate2 or RUN_DIR/ctranslate2_QUANTIZATION)")
+    parser.add_argument(
+        "--checkpoint",
+        default="last",
+        help="'last' (newest epoch), 'best' (best trainer.monitor of the run: lowest val loss by "
+        "default), or a .weights.h5 path (default: last)",
+    )
+    parser.add_argument(
+        "--average",
+        type=int,
+        metavar="N",
+        help="average the last N epoch checkpoints instead (they must be on disk: "
+        "trainer.keep_checkpoints >= N); also saves checkpoints/average_last{N}.weights.h5",
+    )
+    parser.add_argument(
+        "--ensemble",
+        nargs="+",
+        metavar="OTHER_RUN",
+        help="also decode with these runs (each at the same --checkpoint last or best, or the same "
+        "--average N): the export scores each next token by the mean of the models' "
+        "probabilities; every run must share RUN_DIR's vocabulary",
+    )
+    parser.add_argument(
+        "--format",
+        default="savedmodel",
+        help="'savedmodel' (TensorFlow, the default) or 'ctranslate2' (a CTranslate2 model directory)",
+    )
+    parser.add_argument(
+        "--quantization",
+        help="with --format ctranslate2: store the weights as int8, int16 or float16 (default: float32)",
+    )
+    parser.add_argument(
+        "--output",
+        help="where to write the SavedModel (default: RUN_DIR/export; with --format "
+        "ctranslate2, RUN_DIR/ctranslate2 or RUN_DIR/ctranslate2_QUANTIZATION)",
+    )
     parser.add_argument("--beam-size", type=int, help="beam size baked into the export (1: greedy)")
     parser.add_argument("--length-penalty", type=float, help="GNMT length penalty alpha baked into the export")
-    parser.add_argument("--sampling-topk", type=int, metavar="K",
-                        help="draw translations at random instead of searching (back-translation; beam size 1): "
-                             "0 from the whole distribution, K > 1 from the K most probable tokens; every call of "
-                             "the export draws anew")
-    parser.add_argument("--sampling-temperature", type=float, metavar="T",
-                        help="temperature of --sampling-topk: > 1 flatter, < 1 sharper (default: 1)")
-    parser.add_argument("--sampling-topp", type=float, metavar="P",
-                        help="with --sampling-topk: draw from the fewest most probable tokens that hold P of the "
-                             "probability (nucleus sampling; default: 1, off)")
+    parser.add_argument(
+        "--sampling-topk",
+        type=int,
+        metavar="K",
+        help="draw translations at random instead of searching (back-translation; beam size 1): "
+        "0 from the whole distribution, K > 1 from the K most probable tokens; every call of "
+        "the export draws anew",
+    )
+    parser.add_argument(
+        "--sampling-temperature",
+        type=float,
+        metavar="T",
+        help="temperature of --sampling-topk: > 1 flatter, < 1 sharper (default: 1)",
+    )
+    parser.add_argument(
+        "--sampling-topp",
+        type=float,
+        metavar="P",
+        help="with --sampling-topk: draw from the fewest most probable tokens that hold P of the "
+        "probability (nucleus sampling; default: 1, off)",
+    )
     return parser.parse_args(argv)
 
 
@@ -70,9 +100,16 @@ def main(argv=None):
     with exit_on_user_error():
         from kmt.api import export
 
-        output = export(args.run_dir, checkpoint=args.checkpoint, average=args.average, ensemble=args.ensemble or (),
-                        search=search_overrides(args), format=args.format, output=args.output,
-                        quantization=args.quantization)
+        output = export(
+            args.run_dir,
+            checkpoint=args.checkpoint,
+            average=args.average,
+            ensemble=args.ensemble or (),
+            search=search_overrides(args),
+            format=args.format,
+            output=args.output,
+            quantization=args.quantization,
+        )
     weights = f"the average of the last {args.average} epochs" if args.average else args.checkpoint
     runs = " + ".join(f"{run}:{weights}" for run in [args.run_dir, *(args.ensemble or [])])
     print(f"exported {runs if args.ensemble else weights} to {output}")
@@ -80,8 +117,13 @@ def main(argv=None):
 
 def search_overrides(args):
     """The search settings given on the command line (`SearchSettings.replace` skips those not given)."""
-    return {"beam_size": args.beam_size, "length_penalty": args.length_penalty, "sampling_topk": args.sampling_topk,
-            "sampling_temperature": args.sampling_temperature, "sampling_topp": args.sampling_topp}
+    return {
+        "beam_size": args.beam_size,
+        "length_penalty": args.length_penalty,
+        "sampling_topk": args.sampling_topk,
+        "sampling_temperature": args.sampling_temperature,
+        "sampling_topp": args.sampling_topp,
+    }
 
 
 if __name__ == "__main__":

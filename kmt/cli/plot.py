@@ -35,15 +35,29 @@ def main(argv=None):
         prog="kmt-plot", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="kmt-train run directories")
-    parser.add_argument("--output", help="the PNG to write (default: RUN_DIR/logs/curves.png for one run, "
-                                         "curves.png for several)")
-    parser.add_argument("--title", help="a title above the panels (default: for one run, the title kmt-train gives "
-                                        "its curves.png, the config's name and the run directory's)")
-    parser.add_argument("--label", action="append", default=[], metavar="NAME",
-                        help="the legend's name for a run, once per RUN_DIR in their order (default: the directory)")
-    parser.add_argument("--from-epoch", type=int, default=1, metavar="N",
-                        help="draw epochs N onwards only, the y axes scaled to them, so that late differences between "
-                             "runs show (default: 1, every epoch)")
+    parser.add_argument(
+        "--output", help="the PNG to write (default: RUN_DIR/logs/curves.png for one run, curves.png for several)"
+    )
+    parser.add_argument(
+        "--title",
+        help="a title above the panels (default: for one run, the title kmt-train gives "
+        "its curves.png, the config's name and the run directory's)",
+    )
+    parser.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="the legend's name for a run, once per RUN_DIR in their order (default: the directory)",
+    )
+    parser.add_argument(
+        "--from-epoch",
+        type=int,
+        default=1,
+        metavar="N",
+        help="draw epochs N onwards only, the y axes scaled to them, so that late differences between "
+        "runs show (default: 1, every epoch)",
+    )
     args = parser.parse_args(argv)
     if args.from_epoch < 1:
         parser.error(f"--from-epoch must be positive. Received: {args.from_epoch}")
@@ -54,8 +68,10 @@ def main(argv=None):
     with exit_on_user_error():
         labels = args.label or [run.rstrip("/") for run in args.run_dirs]
         if len(labels) != len(args.run_dirs):
-            raise KmtError(f"{len(args.run_dirs)} run directories need {len(args.run_dirs)} --label names, one each "
-                           f"in their order; got {len(args.label)}")
+            raise KmtError(
+                f"{len(args.run_dirs)} run directories need {len(args.run_dirs)} --label names, one each "
+                f"in their order; got {len(args.label)}"
+            )
         if len(set(labels)) != len(labels):
             twice = next(label for label in labels if labels.count(label) > 1)
             raise KmtError(f"two runs are both named {twice!r}; give each run its own --label")
@@ -70,12 +86,17 @@ def main(argv=None):
 def positions(argv):
     """`kmt-plot positions`: kmt's sinusoidal table (`kmt.plots.plot_positions`) drawn into one PNG."""
     parser = argparse.ArgumentParser(
-        prog="kmt-plot positions", description="The paper's sinusoidal position encoding (Vaswani et al., 2017, "
-        "section 3.5) as kmt computes it: a few columns against the position, and the whole table as a heatmap."
+        prog="kmt-plot positions",
+        description="The paper's sinusoidal position encoding (Vaswani et al., 2017, "
+        "section 3.5) as kmt computes it: a few columns against the position, and the whole table as a heatmap.",
     )
     parser.add_argument("--length", type=int, default=60, help="positions 0 .. LENGTH - 1 (default: %(default)s)")
-    parser.add_argument("--depth", type=int, default=32,
-                        help="features d_model, even: a sine and a cosine per wavelength (default: %(default)s)")
+    parser.add_argument(
+        "--depth",
+        type=int,
+        default=32,
+        help="features d_model, even: a sine and a cosine per wavelength (default: %(default)s)",
+    )
     parser.add_argument("--output", default="positions.png", help="the PNG to write (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.length < 1:

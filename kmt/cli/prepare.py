@@ -33,8 +33,13 @@ def run(cfg):
         meta = data.meta
         sizes = sum(path.stat().st_size for path in data.directory.iterdir() if path.suffix in (".ids", ".npy"))
         pairs = ", ".join(f"{name} {entry['pairs']:,}" for name, entry in meta["splits"].items())
-        logger.info("prepared %s pairs in %.1f s: %.1f MiB of ids and index in %s", pairs, meta["seconds"],
-                    sizes / 2**20, directory)
+        logger.info(
+            "prepared %s pairs in %.1f s: %.1f MiB of ids and index in %s",
+            pairs,
+            meta["seconds"],
+            sizes / 2**20,
+            directory,
+        )
         logger.info("train from it: kmt-train data=prepared data.path=%s", directory)
 
 

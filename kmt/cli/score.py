@@ -34,14 +34,18 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="kmt-score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("export_dir", help="a SavedModel written by kmt-train or kmt-export (a run's export/), a "
-                                           "CTranslate2 directory (kmt-export RUN_DIR --format ctranslate2) or a run "
-                                           "directory")
+    parser.add_argument(
+        "export_dir",
+        help="a SavedModel written by kmt-train or kmt-export (a run's export/), a "
+        "CTranslate2 directory (kmt-export RUN_DIR --format ctranslate2) or a run "
+        "directory",
+    )
     parser.add_argument("--source", required=True, help="source sentences, one per line")
     parser.add_argument("--target", required=True, help="translations to score, line-aligned with --source")
     parser.add_argument("--output", default="-", help="file to write the scores to instead of stdout")
-    parser.add_argument("--per-token", action="store_true",
-                        help="divide each score by its count of tokens (fairseq's normalized score)")
+    parser.add_argument(
+        "--per-token", action="store_true", help="divide each score by its count of tokens (fairseq's normalized score)"
+    )
     parser.add_argument("--batch-size", type=int, default=64, help="pairs per batch (default: 64)")
     parser.add_argument("--verbose", action="store_true", help="log progress to stderr")
     args = parser.parse_args(argv)
@@ -68,20 +72,30 @@ def main(argv=None):
     scored = [(p, n) for p, n in results if not math.isnan(p)]
     total, tokens = sum(p for p, _ in scored), sum(n for _, n in scored)
     if tokens:
-        print(f"scored {len(scored)} pairs, {tokens:,} tokens: {total / tokens:.3f} per token, perplexity "
-              f"{math.exp(-total / tokens):.2f}", file=sys.stderr)
+        print(
+            f"scored {len(scored)} pairs, {tokens:,} tokens: {total / tokens:.3f} per token, perplexity "
+            f"{math.exp(-total / tokens):.2f}",
+            file=sys.stderr,
+        )
     unscored = [number for number, (p, _) in enumerate(results, start=1) if math.isnan(p)]
     if unscored:
         empty = [n for n in unscored if not pairs.source[n - 1].strip()]
         too_long = [n for n in unscored if pairs.source[n - 1].strip()]
-        reasons = [f"{what} (lines {_numbers(lines)})" for what, lines in
-                   (("an empty source", empty), ("a side longer than the model's maximum length", too_long)) if lines]
-        fail(f"{len(unscored)} of {len(results)} pairs were not scored, their lines read nan: "
-             f"{'; '.join(reasons)}; the other scores were written", exit_code=1)
+        reasons = [
+            f"{what} (lines {_numbers(lines)})"
+            for what, lines in (("an empty source", empty), ("a side longer than the model's maximum length", too_long))
+            if lines
+        ]
+        fail(
+            f"{len(unscored)} of {len(results)} pairs were not scored, their lines read nan: "
+            f"{'; '.join(reasons)}; the other scores were written",
+            exit_code=1,
+        )
 
 
 def _numbers(numbers, shown=10):
     return ", ".join(map(str, numbers[:shown])) + (", ..." if len(numbers) > shown else "")
+
 
 if __name__ == "__main__":
     main()

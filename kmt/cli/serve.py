@@ -37,32 +37,56 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="kmt-serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("export_dir", metavar="EXPORT_DIR",
-                        help="a kmt SavedModel export (a run's export/), a CTranslate2 directory "
-                        "(kmt-export RUN_DIR --format ctranslate2) or a run directory (its Keras model)")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="address to listen on; 0.0.0.0 for every interface (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8501,
-                        help="port; 0 picks a free one, logged at start "
-                        "(default: 8501, TensorFlow Serving's REST port)")
-    parser.add_argument("--model-name", default="kmt",
-                        help="the NAME in /v1/models/NAME, as tensorflow_model_server's --model_name (default: kmt)")
-    parser.add_argument("--max-batch-size", type=int, default=32,
-                        help="most sentences decoded in one batch (default: 32)")
-    parser.add_argument("--batch-timeout-ms", type=float, default=5.0,
-                        help="longest wait for a batch to fill after its first sentence arrives (default: 5)")
-    parser.add_argument("--max-queue", type=int, default=1024,
-                        help="most sentences accepted and not yet answered; beyond it a request gets 503 with "
-                             "Retry-After (default: 1024)")
-    parser.add_argument("--request-timeout-s", type=float, default=30.0,
-                        help="a request whose body has not arrived within this gets 408, one not answered "
-                             "within this 504 (default: 30)")
-    parser.add_argument("--max-sentences", type=int, default=64,
-                        help="most sentences in one request (default: 64)")
-    parser.add_argument("--max-chars", type=int, default=1000,
-                        help="most characters in one sentence (default: 1000)")
-    parser.add_argument("--no-batching", action="store_true",
-                        help="decode each request alone, as it arrives (for comparison: bench/serve_load.py)")
+    parser.add_argument(
+        "export_dir",
+        metavar="EXPORT_DIR",
+        help="a kmt SavedModel export (a run's export/), a CTranslate2 directory "
+        "(kmt-export RUN_DIR --format ctranslate2) or a run directory (its Keras model)",
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 for every interface (default: 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=8501,
+        help="port; 0 picks a free one, logged at start (default: 8501, TensorFlow Serving's REST port)",
+    )
+    parser.add_argument(
+        "--model-name",
+        default="kmt",
+        help="the NAME in /v1/models/NAME, as tensorflow_model_server's --model_name (default: kmt)",
+    )
+    parser.add_argument(
+        "--max-batch-size", type=int, default=32, help="most sentences decoded in one batch (default: 32)"
+    )
+    parser.add_argument(
+        "--batch-timeout-ms",
+        type=float,
+        default=5.0,
+        help="longest wait for a batch to fill after its first sentence arrives (default: 5)",
+    )
+    parser.add_argument(
+        "--max-queue",
+        type=int,
+        default=1024,
+        help="most sentences accepted and not yet answered; beyond it a request gets 503 with "
+        "Retry-After (default: 1024)",
+    )
+    parser.add_argument(
+        "--request-timeout-s",
+        type=float,
+        default=30.0,
+        help="a request whose body has not arrived within this gets 408, one not answered "
+        "within this 504 (default: 30)",
+    )
+    parser.add_argument("--max-sentences", type=int, default=64, help="most sentences in one request (default: 64)")
+    parser.add_argument("--max-chars", type=int, default=1000, help="most characters in one sentence (default: 1000)")
+    parser.add_argument(
+        "--no-batching",
+        action="store_true",
+        help="decode each request alone, as it arrives (for comparison: bench/serve_load.py)",
+    )
     args = parser.parse_args(argv)
     for name in ("max_batch_size", "max_queue", "max_sentences", "max_chars"):
         if getattr(args, name) <= 0:
@@ -71,8 +95,10 @@ def parse_args(argv=None):
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} must not be negative. Received: {getattr(args, name)}")
     if args.max_queue < args.max_sentences:
-        parser.error(f"--max-queue must hold one request of --max-sentences. Received: --max-queue "
-                     f"{args.max_queue}, --max-sentences {args.max_sentences}")
+        parser.error(
+            f"--max-queue must hold one request of --max-sentences. Received: --max-queue "
+            f"{args.max_queue}, --max-sentences {args.max_sentences}"
+        )
     return args
 
 
@@ -88,10 +114,16 @@ def main(argv=None):
 
     from kmt.serving.app import Settings, create_app
 
-    settings = Settings(model_name=args.model_name, max_batch_size=args.max_batch_size,
-                        batch_timeout_ms=args.batch_timeout_ms, max_queue=args.max_queue,
-                        request_timeout_s=args.request_timeout_s, max_sentences=args.max_sentences,
-                        max_chars=args.max_chars, batching=not args.no_batching)
+    settings = Settings(
+        model_name=args.model_name,
+        max_batch_size=args.max_batch_size,
+        batch_timeout_ms=args.batch_timeout_ms,
+        max_queue=args.max_queue,
+        request_timeout_s=args.request_timeout_s,
+        max_sentences=args.max_sentences,
+        max_chars=args.max_chars,
+        batching=not args.no_batching,
+    )
     failed = []
 
     def on_load_failure():
@@ -99,8 +131,9 @@ def main(argv=None):
         server.should_exit = True
 
     app = create_app(args.export_dir, settings, on_load_failure)
-    config = uvicorn.Config(app, log_config=None, access_log=False,
-                            timeout_graceful_shutdown=args.request_timeout_s + 5)
+    config = uvicorn.Config(
+        app, log_config=None, access_log=False, timeout_graceful_shutdown=args.request_timeout_s + 5
+    )
     server = uvicorn.Server(config)
     listening = _listen(args.host, args.port)
     logger.info("listening on http://%s:%d (model name %s)", args.host, listening.getsockname()[1], args.model_name)

@@ -37,34 +37,51 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="kmt-translate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("export_dir", help="a SavedModel written by kmt-train or kmt-export (a run's export/), a "
-                                           "CTranslate2 directory (kmt-export RUN_DIR --format ctranslate2) or a run "
-                                           "directory")
+    parser.add_argument(
+        "export_dir",
+        help="a SavedModel written by kmt-train or kmt-export (a run's export/), a "
+        "CTranslate2 directory (kmt-export RUN_DIR --format ctranslate2) or a run "
+        "directory",
+    )
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default: 64)")
-    parser.add_argument("--buffer-size", type=int,
-                        help="lines read and sorted by length before they are translated and written (default: "
-                             "1000; 1 at a terminal, so each line is answered as it is entered)")
+    parser.add_argument(
+        "--buffer-size",
+        type=int,
+        help="lines read and sorted by length before they are translated and written (default: "
+        "1000; 1 at a terminal, so each line is answered as it is entered)",
+    )
     parser.add_argument("--input", default="-", help="file to translate instead of stdin")
     parser.add_argument("--output", default="-", help="file to write instead of stdout")
     parser.add_argument("--scores", action="store_true", help="prefix each line with its score and a TAB")
-    parser.add_argument("--nbest", type=int, metavar="N",
-                        help="write the N best translations of each line (N lines per input line, best first; "
-                             "fairseq's --nbest, OpenNMT-tf's n_best), from the beam of K hypotheses, N <= K "
-                             "(`kmt-export RUN_DIR --beam-size K` for a wider beam; not for CTranslate2)")
+    parser.add_argument(
+        "--nbest",
+        type=int,
+        metavar="N",
+        help="write the N best translations of each line (N lines per input line, best first; "
+        "fairseq's --nbest, OpenNMT-tf's n_best), from the beam of K hypotheses, N <= K "
+        "(`kmt-export RUN_DIR --beam-size K` for a wider beam; not for CTranslate2)",
+    )
     search = parser.add_argument_group("CTranslate2 and run directories only")
     search.add_argument("--beam-size", type=int, help="beam size (1: greedy; default: the exported setting)")
     search.add_argument("--length-penalty", type=float, help="length penalty alpha (default: the exported setting)")
     ct2 = parser.add_argument_group("CTranslate2 directories only")
     ct2.add_argument("--device", default="cpu", help="cpu, cuda or auto (default: cpu)")
-    ct2.add_argument("--compute-type", default="default",
-                     help="CTranslate2 compute type: default (the saved weights' type), int8, float32, float16, ... "
-                          "(default: default)")
-    ct2.add_argument("--threads", type=int, default=0,
-                     help="CPU threads to decode with (default: 0, CTranslate2's choice)")
-    parser.add_argument("--attention-plots", metavar="DIR",
-                        help="also save cross-attention heatmaps (PNG, one per sentence, every layer and head) of "
-                             "the first --attention-limit input lines into DIR; needs the run directory (EXPORT_DIR "
-                             "or the one around it: its model.keras and tokenizer/)")
+    ct2.add_argument(
+        "--compute-type",
+        default="default",
+        help="CTranslate2 compute type: default (the saved weights' type), int8, float32, float16, ... "
+        "(default: default)",
+    )
+    ct2.add_argument(
+        "--threads", type=int, default=0, help="CPU threads to decode with (default: 0, CTranslate2's choice)"
+    )
+    parser.add_argument(
+        "--attention-plots",
+        metavar="DIR",
+        help="also save cross-attention heatmaps (PNG, one per sentence, every layer and head) of "
+        "the first --attention-limit input lines into DIR; needs the run directory (EXPORT_DIR "
+        "or the one around it: its model.keras and tokenizer/)",
+    )
     parser.add_argument("--attention-limit", type=int, default=10, help="sentences to plot (default: 10)")
     parser.add_argument("--verbose", action="store_true", help="log progress to stderr")
     args = parser.parse_args(argv)
@@ -96,16 +113,26 @@ def read_lines(stream):
 def main(argv=None):
     args = parse_args(argv)
     setup_logging(args.verbose)
-    if "-" not in (args.input, args.output) and os.path.exists(args.output) and os.path.exists(args.input) \
-            and os.path.samefile(args.output, args.input):
+    if (
+        "-" not in (args.input, args.output)
+        and os.path.exists(args.output)
+        and os.path.exists(args.input)
+        and os.path.samefile(args.output, args.input)
+    ):
         fail(f"--output {args.output} is the --input file: writing would erase lines not yet read; write elsewhere")
     with exit_on_user_error():
-        translator = load_translator(args.export_dir, batch_size=args.batch_size, device=args.device,
-                                     compute_type=args.compute_type, threads=args.threads)
+        translator = load_translator(
+            args.export_dir,
+            batch_size=args.batch_size,
+            device=args.device,
+            compute_type=args.compute_type,
+            threads=args.threads,
+        )
         settings = None
         if args.beam_size is not None or args.length_penalty is not None:
-            settings = (translator.settings or SearchSettings()).replace(beam_size=args.beam_size,
-                                                                        length_penalty=args.length_penalty)
+            settings = (translator.settings or SearchSettings()).replace(
+                beam_size=args.beam_size, length_penalty=args.length_penalty
+            )
         translator.translate([], settings=settings, nbest=args.nbest)  # checks them before any line is read
     stream = open_input(args.input)
     interactive = stream.isatty()
@@ -126,8 +153,14 @@ def main(argv=None):
         fail(f"cannot write {args.output}: {error.strerror}")
     with stream, out:
         try:
-            for hypotheses in translate_stream(translator, lines(), settings=settings, nbest=args.nbest or 1,
-                                               buffer_size=buffer_size, progress=args.verbose):
+            for hypotheses in translate_stream(
+                translator,
+                lines(),
+                settings=settings,
+                nbest=args.nbest or 1,
+                buffer_size=buffer_size,
+                progress=args.verbose,
+            ):
                 for text, score in hypotheses:
                     text = text.replace("\n", " ")  # one line out per hypothesis
                     out.write(f"{score:.4f}\t{text}\n" if args.scores else f"{text}\n")
@@ -150,7 +183,6 @@ def plot_attention(run_dir, sentences, directory):
             raise KmtError(f"--attention-plots needs {run.model} and {run.tokenizer}")
         from kmt.checkpoints import load_run_keras
         from kmt.plots import save_attention_plots
-        from kmt.tokenizer import Vocabularies
 
         _, vocabularies, model = load_run_keras(run_dir)
         paths = save_attention_plots(model, vocabularies, sentences, directory)

@@ -12,13 +12,21 @@ def load_corpus(data_cfg):
         corpus = {name: ParallelText(list(source), list(target)) for name, (source, target) in splits.items()}
     elif data_cfg.name == "multi30k":
         corpus = load_multi30k(
-            data_cfg.dir, data_cfg.source_lang, data_cfg.target_lang, download=data_cfg.download,
+            data_cfg.dir,
+            data_cfg.source_lang,
+            data_cfg.target_lang,
+            download=data_cfg.download,
             tokenized=data_cfg.get("tokenized", False),  # runs from before the option lack the key
         )
     elif data_cfg.name == "spa_eng":
         corpus = load_spa_eng(
-            data_cfg.dir, seed=data_cfg.seed, val_size=data_cfg.num_val, test_size=data_cfg.num_test,
-            download=data_cfg.download, source_lang=data_cfg.source_lang, target_lang=data_cfg.target_lang,
+            data_cfg.dir,
+            seed=data_cfg.seed,
+            val_size=data_cfg.num_val,
+            test_size=data_cfg.num_test,
+            download=data_cfg.download,
+            source_lang=data_cfg.source_lang,
+            target_lang=data_cfg.target_lang,
         )
     elif data_cfg.name == "parallel":
         corpus = load_parallel(

@@ -52,8 +52,19 @@ class Batcher:
         shard: `(index, count)`: this process's share of each batch's rows, when `count` processes train together.
     """
 
-    def __init__(self, rows, max_length, max_tokens=0, batch_size=64, bucket_width=0, fixed_shapes=False, seed=0,
-                 sampling=None, replicas=1, shard=(0, 1)):
+    def __init__(
+        self,
+        rows,
+        max_length,
+        max_tokens=0,
+        batch_size=64,
+        bucket_width=0,
+        fixed_shapes=False,
+        seed=0,
+        sampling=None,
+        replicas=1,
+        shard=(0, 1),
+    ):
         self.rows, self.max_length, self.fixed_shapes, self.seed = rows, max_length, fixed_shapes, seed
         self.edges, sizes = bucket_sizes(max_length, max_tokens, batch_size, bucket_width)
         self.sizes = [size * replicas for size in sizes]
@@ -142,16 +153,18 @@ def sample_rows(vocabularies, alpha, source_lines, target_lines, max_length, see
     """One seeded draw of subword sampling over the text of every pair (`Tokenizer.draw`, `SAMPLING_CHUNK` sentences
     a draw, each seeded from `seed` and its chunk), less the pairs it makes longer than `max_length`: `Rows`."""
     sides = []
-    for side, (tokenizer, lines) in enumerate(((vocabularies.source, source_lines),
-                                               (vocabularies.target, target_lines))):
+    for side, (tokenizer, lines) in enumerate(
+        ((vocabularies.source, source_lines), (vocabularies.target, target_lines))
+    ):
         values, lengths = [], []
         for chunk, start in enumerate(range(0, len(lines), SAMPLING_CHUNK)):
             state = np.random.SeedSequence([*seed, chunk, side]).generate_state(1)[0]
             ids, counts = tokenizer.draw(lines[start : start + SAMPLING_CHUNK], alpha, int(state))
             values.append(ids)
             lengths.append(counts)
-        sides.append((np.concatenate(values or [np.zeros(0, np.int32)]),
-                      np.concatenate(lengths or [np.zeros(0, np.int64)])))
+        sides.append(
+            (np.concatenate(values or [np.zeros(0, np.int32)]), np.concatenate(lengths or [np.zeros(0, np.int64)]))
+        )
     (source, source_lengths), (target, target_lengths) = sides
     keep = fits(source_lengths, target_lengths, max_length)
     source, target = source[np.repeat(keep, source_lengths)], target[np.repeat(keep, target_lengths)]
@@ -205,9 +218,7 @@ def tf_dataset(batches, count=None):
         yield from batches()
 
     spec = tf.TensorSpec([None, None], tf.int32)
-    dataset = tf.data.Dataset.from_generator(
-        generator, output_signature=({"source": spec, "target_in": spec}, spec)
-    )
+    dataset = tf.data.Dataset.from_generator(generator, output_signature=({"source": spec, "target_in": spec}, spec))
     if count is not None:
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(count))
     return dataset.prefetch(tf.data.AUTOTUNE).with_options(without_autotune())

@@ -22,8 +22,18 @@ import random
 from kmt.errors import ConfigError
 
 MONTHS = (
-    "January", "February", "March", "April", "May", "June",
-    "July", "August", "September", "October", "November", "December",
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
 )
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 
@@ -72,8 +82,14 @@ def format_date(date: datetime.date, template: str) -> str:
     """
     month, weekday = MONTHS[date.month - 1], WEEKDAYS[date.weekday()]
     return template.format(
-        weekday=weekday, wkd=weekday[:3], month=month, mon=month[:3],
-        day=date.day, day2=f"{date.day:02d}", ord=ordinal(date.day), year=date.year,
+        weekday=weekday,
+        wkd=weekday[:3],
+        month=month,
+        mon=month[:3],
+        day=date.day,
+        day2=f"{date.day:02d}",
+        ord=ordinal(date.day),
+        year=date.year,
     )
 
 
@@ -142,7 +158,7 @@ def date_splits(num_train: int, num_val: int, num_test: int, seed: int) -> dict[
         )
     splits, start = {}, 0
     for name, size in sizes.items():
-        chunk = pairs[start:start + size]
+        chunk = pairs[start : start + size]
         splits[name] = ([s for s, _ in chunk], [t for _, t in chunk])
         start += size
     return {name: splits[name] for name in ("train", "val", "test")}

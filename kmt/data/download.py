@@ -27,8 +27,15 @@ def fetch(url: str, path: Path, unpack: Callable[[bytes], dict[Path, bytes]]) ->
     try:
         with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
             files = unpack(response.read())
-    except (OSError, EOFError, KeyError, ValueError, zlib.error, zipfile.BadZipFile,
-            http.client.HTTPException) as error:  # IncompleteRead: the connection dropped mid-file
+    except (
+        OSError,
+        EOFError,
+        KeyError,
+        ValueError,
+        zlib.error,
+        zipfile.BadZipFile,
+        http.client.HTTPException,
+    ) as error:  # IncompleteRead: the connection dropped mid-file
         reason = " ".join(str(getattr(error, "reason", error)).split())  # URLError keeps its cause in .reason
         raise DataError(
             f"could not download {url} ({type(error).__name__}: {reason}); place {path.name} in {path.parent} by hand"

@@ -21,9 +21,11 @@ def corpus_streams(data_cfg):
     """`{split: pairs}` for `data_cfg`: files of `data=parallel` are read as they are iterated (a corpus larger than
     memory prepares), the other corpora load whole; `data.limit` keeps the first pairs of each split."""
     if data_cfg.name == "parallel":
-        corpus = {split: StreamedParallel(files.source, files.target)
-                  for split, files in (("train", data_cfg.train), ("val", data_cfg.val), ("test", data_cfg.test))
-                  if files.source or files.target or split != "test"}
+        corpus = {
+            split: StreamedParallel(files.source, files.target)
+            for split, files in (("train", data_cfg.train), ("val", data_cfg.val), ("test", data_cfg.test))
+            if files.source or files.target or split != "test"
+        }
     else:
         corpus = load_corpus(data_cfg)
     if data_cfg.limit:
@@ -64,8 +66,9 @@ def vocabulary_from(path):
     for directory in (path, path / "tokenizer"):
         if Vocabularies.exists(directory):
             return Vocabularies.load(directory)
-    raise ConfigError(f"data.vocabulary={path}: no vocabulary there (no joint.model or source.model in it or in its "
-                      "tokenizer/)")
+    raise ConfigError(
+        f"data.vocabulary={path}: no vocabulary there (no joint.model or source.model in it or in its tokenizer/)"
+    )
 
 
 def prepare_data(cfg, directory, vocabularies=None):
@@ -76,8 +79,10 @@ def prepare_data(cfg, directory, vocabularies=None):
     if (directory / "meta.json").is_file():
         prepared = PreparedData(directory)
         if prepared.max_length != cfg.model.max_length:
-            raise DataError(f"{directory} was prepared for model.max_length={prepared.max_length}, not "
-                            f"{cfg.model.max_length}; remove it to prepare again")
+            raise DataError(
+                f"{directory} was prepared for model.max_length={prepared.max_length}, not "
+                f"{cfg.model.max_length}; remove it to prepare again"
+            )
         return prepared
     corpus = corpus_streams(cfg.data)
     if Vocabularies.exists(directory / "tokenizer"):
@@ -90,9 +95,11 @@ def prepare_data(cfg, directory, vocabularies=None):
         train = corpus["train"]
         vocabularies = Vocabularies.train(train.source, train.target, joint=cfg.model.shared_embeddings, **options)
     elif vocabularies.joint != cfg.model.shared_embeddings:
-        raise ConfigError(f"model.shared_embeddings={cfg.model.shared_embeddings} needs "
-                          f"{'one joint vocabulary' if cfg.model.shared_embeddings else 'a vocabulary per side'}, "
-                          "and the vocabulary given is not")
+        raise ConfigError(
+            f"model.shared_embeddings={cfg.model.shared_embeddings} needs "
+            f"{'one joint vocabulary' if cfg.model.shared_embeddings else 'a vocabulary per side'}, "
+            "and the vocabulary given is not"
+        )
     splits = {name: pairs_of(text) for name, text in corpus.items()}
     write_prepared(directory, splits, vocabularies, cfg.model.max_length, OmegaConf.to_yaml(cfg, resolve=True))
     return PreparedData(directory)

@@ -85,12 +85,24 @@ def write_split(directory, name, pairs, vocabularies, max_length):
     np.save(directory / f"{name}.lines.npy", np.frombuffer(lines, np.int64))
     kept_pairs = len(lines)
     if any(dropped.values()):
-        logger.info("%s: kept %d of %d pairs (dropped %d empty, %d longer than %d tokens)",
-                    name, kept_pairs, read, dropped["empty"], dropped["too_long"], max_length)
+        logger.info(
+            "%s: kept %d of %d pairs (dropped %d empty, %d longer than %d tokens)",
+            name,
+            kept_pairs,
+            read,
+            dropped["empty"],
+            dropped["too_long"],
+            max_length,
+        )
     else:
         logger.info("%s: %d pairs", name, read)
-    return {"pairs": kept_pairs, "read": read, "dropped": dropped, "source_tokens": tokens[0],
-            "target_tokens": tokens[1]}
+    return {
+        "pairs": kept_pairs,
+        "read": read,
+        "dropped": dropped,
+        "source_tokens": tokens[0],
+        "target_tokens": tokens[1],
+    }
 
 
 def id_dtype(vocabularies):
@@ -135,8 +147,11 @@ class PreparedData:
         self.directory = Path(directory)
         path = self.directory / "meta.json"
         if not path.is_file():
-            what = "does not exist" if not self.directory.exists() else "has no meta.json (an unfinished or other " \
-                                                                         "directory)"
+            what = (
+                "does not exist"
+                if not self.directory.exists()
+                else "has no meta.json (an unfinished or other directory)"
+            )
             raise DataError(f"{self.directory} is not prepared data: it {what}; make it with kmt-prepare")
         try:
             self.meta = json.loads(path.read_text())

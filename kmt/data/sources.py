@@ -106,7 +106,7 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     if raw.endswith(b"\n"):
         lines.pop()  # the final newline ends the last line; it does not start a new one
     if lines and lines[0].startswith(_BOM):
-        lines[0] = lines[0][len(_BOM):].strip()
+        lines[0] = lines[0][len(_BOM) :].strip()
     return lines
 
 
@@ -200,8 +200,12 @@ def load_multi30k(
             f"target_lang={target_lang!r}"
         )
     return {
-        split: read_parallel(*(ensure_multi30k_file(data_dir, split, lang, tokenized, download, url)
-                               for lang in (source_lang, target_lang)))
+        split: read_parallel(
+            *(
+                ensure_multi30k_file(data_dir, split, lang, tokenized, download, url)
+                for lang in (source_lang, target_lang)
+            )
+        )
         for split in MULTI30K_SPLITS
     }
 
@@ -264,7 +268,7 @@ def load_spa_eng(
         )
     random.Random(seed).shuffle(english)
     split_of = {sentence: "val" for sentence in english[:val_size]}
-    split_of.update({sentence: "test" for sentence in english[val_size:val_size + test_size]})
+    split_of.update({sentence: "test" for sentence in english[val_size : val_size + test_size]})
     columns = {split: ([], []) for split in SPLITS}
     for source, target in pairs:
         sources, targets = columns[split_of.get(source, "train")]

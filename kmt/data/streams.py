@@ -28,8 +28,10 @@ class StreamedParallel:
             if None in pair:
                 rest = 1 + sum(1 for _ in (source if pair[1] is None else target))
                 lines = (count - 1 + rest, count - 1) if pair[1] is None else (count - 1, count - 1 + rest)
-                raise DataError(f"{self.source_path} has {lines[0]} lines but {self.target_path} has {lines[1]}; "
-                                "parallel files must line up one to one")
+                raise DataError(
+                    f"{self.source_path} has {lines[0]} lines but {self.target_path} has {lines[1]}; "
+                    "parallel files must line up one to one"
+                )
             yield pair
 
 
@@ -51,8 +53,10 @@ def stream_lines(path):
             try:
                 text = line.decode("utf-8")
             except UnicodeDecodeError as error:
-                raise DataError(f"{path} line {number}: not valid UTF-8 (byte 0x{line[error.start]:02x} at column "
-                                f"{error.start + 1})") from None
+                raise DataError(
+                    f"{path} line {number}: not valid UTF-8 (byte 0x{line[error.start]:02x} at column "
+                    f"{error.start + 1})"
+                ) from None
             if number == 1 and text.startswith(_BOM):
-                text = text[len(_BOM):]
+                text = text[len(_BOM) :]
             yield text.strip()

@@ -25,8 +25,8 @@ from ctranslate2.converters import Converter
 from ctranslate2.specs import transformer_spec
 from keras import ops
 
-from kmt.layers.embedding import positional_encoding
 from kmt.errors import KmtError
+from kmt.layers.embedding import positional_encoding
 from kmt.models.transformer import Transformer
 from kmt.special_ids import END_ID, START_ID, UNK_ID
 
@@ -62,10 +62,8 @@ class KmtConverter(Converter):
             raise KmtError(f"a CTranslate2 export needs a Transformer; this model is a {type(parts).__name__}")
         first = parts.encoder_layers[0]
         pre_norm = bool(first.norm_first)
-        encoder = transformer_spec.TransformerEncoderSpec(len(parts.encoder_layers), first.num_heads,
-                                                          pre_norm=pre_norm)
-        decoder = transformer_spec.TransformerDecoderSpec(len(parts.decoder_layers), first.num_heads,
-                                                          pre_norm=pre_norm)
+        encoder = transformer_spec.TransformerEncoderSpec(len(parts.encoder_layers), first.num_heads, pre_norm=pre_norm)
+        decoder = transformer_spec.TransformerDecoderSpec(len(parts.decoder_layers), first.num_heads, pre_norm=pre_norm)
         spec = transformer_spec.TransformerSpec(encoder, decoder)
 
         encoder.embeddings[0].weight = _array(parts.source_embedding.embeddings)
@@ -131,4 +129,3 @@ class KmtConverter(Converter):
         self._linear(spec.linear_0, layer.feed_forward.intermediate_dense)
         self._linear(spec.linear_1, layer.feed_forward.output_dense)
         self._norm(spec.layer_norm, layer.feed_forward_norm)
-

@@ -71,14 +71,17 @@ def export_ctranslate2(model, vocabularies, settings: SearchSettings, output, qu
     Returns the size of the directory in bytes.
     """
     if quantization not in (None, *QUANTIZATIONS):
-        raise KmtError(f"unknown quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)} (or none "
-                       "for float32)")
+        raise KmtError(
+            f"unknown quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)} (or none for float32)"
+        )
     require_ctranslate2()
     from kmt.inference.ct2_converter import KmtConverter
 
     if settings.sampling or settings.nbest not in (None, 1):
-        raise KmtError(f"a CTranslate2 directory decodes with greedy or beam search, one hypothesis a sentence. "
-                       f"Received: sampling_topk={settings.sampling_topk}, nbest={settings.nbest}")
+        raise KmtError(
+            f"a CTranslate2 directory decodes with greedy or beam search, one hypothesis a sentence. "
+            f"Received: sampling_topk={settings.sampling_topk}, nbest={settings.nbest}"
+        )
     written = {key: getattr(settings, key) for key in SEARCH_KEYS}
     written["max_length"] = model.max_length
 
@@ -117,8 +120,10 @@ class CT2Translator(BatchedTranslator):
 
         path = Path(path)
         if not is_ctranslate2_dir(path):
-            raise KmtError(f"{path} is not a kmt CTranslate2 directory (model.bin, config.json, {SETTINGS}); write "
-                           "one with `kmt-export RUN_DIR --format ctranslate2`")
+            raise KmtError(
+                f"{path} is not a kmt CTranslate2 directory (model.bin, config.json, {SETTINGS}); write "
+                "one with `kmt-export RUN_DIR --format ctranslate2`"
+            )
         written = read_json(path / SETTINGS, "export the run again with `kmt-export RUN_DIR --format ctranslate2`")
         self.settings = SearchSettings(**written)
         self.max_length = written["max_length"]
@@ -129,11 +134,17 @@ class CT2Translator(BatchedTranslator):
         self.target_ids = {piece: i for i, piece in enumerate(self.target_pieces)}
         self.pad_piece = self.target_pieces[PAD_ID]
         try:
-            self.translator = ctranslate2.Translator(str(path), device=device, compute_type=compute_type,
-                                                     inter_threads=inter_threads, intra_threads=intra_threads)
+            self.translator = ctranslate2.Translator(
+                str(path),
+                device=device,
+                compute_type=compute_type,
+                inter_threads=inter_threads,
+                intra_threads=intra_threads,
+            )
         except (ValueError, RuntimeError) as error:  # an unknown device or type, no GPU, a damaged model.bin
-            raise KmtError(f"CTranslate2 cannot load {path} on device {device!r} with compute type "
-                           f"{compute_type!r}: {error}") from None
+            raise KmtError(
+                f"CTranslate2 cannot load {path} on device {device!r} with compute type {compute_type!r}: {error}"
+            ) from None
 
     def search(self, sources, settings: SearchSettings | None = None):
         """Best translation of each row of source ids (lists or arrays, no start or end token): `(ids, scores)`, a
@@ -167,9 +178,14 @@ class CT2Translator(BatchedTranslator):
             # One call at the batch's longest limit; a sentence whose output runs past its own (shorter) limit is
             # decoded again with that limit, with the others that share it. Greedy search stops where kmt's does.
             limit = max(limits[i] for i in pending)
-            outputs = self.translator.translate_batch([rows[i] for i in pending], max_decoding_length=limit,
-                                                      min_decoding_length=0, max_input_length=0, return_scores=True,
-                                                      **search)
+            outputs = self.translator.translate_batch(
+                [rows[i] for i in pending],
+                max_decoding_length=limit,
+                min_decoding_length=0,
+                max_input_length=0,
+                return_scores=True,
+                **search,
+            )
             overlong = []
             for i, output in zip(pending, outputs):
                 tokens = output.hypotheses[0]
@@ -189,9 +205,11 @@ class CT2Translator(BatchedTranslator):
 
     def _check(self, settings):
         if settings.sampling or settings.nbest not in (None, 1):
-            raise KmtError("a CTranslate2 directory decodes with greedy or beam search, one hypothesis a sentence; "
-                           "n-best lists and sampling come from a run or its SavedModel. Received: "
-                           f"sampling_topk={settings.sampling_topk}, nbest={settings.nbest}")
+            raise KmtError(
+                "a CTranslate2 directory decodes with greedy or beam search, one hypothesis a sentence; "
+                "n-best lists and sampling come from a run or its SavedModel. Received: "
+                f"sampling_topk={settings.sampling_topk}, nbest={settings.nbest}"
+            )
 
     def _translate_batch(self, lines, settings, nbest):
         ids, scores = self.search(self.vocabularies.source.encode(lines), settings)
@@ -202,13 +220,18 @@ class CT2Translator(BatchedTranslator):
         """As the SavedModel's `score`: the log-probabilities of the target's tokens and the end token."""
         source_rows = self.vocabularies.source.encode(sources)
         target_rows = self.vocabularies.target.encode(targets)
-        fits = [i for i, (s, t) in enumerate(zip(source_rows, target_rows))
-                if 0 < len(s) <= self.max_length and len(t) < self.max_length]
+        fits = [
+            i
+            for i, (s, t) in enumerate(zip(source_rows, target_rows))
+            if 0 < len(s) <= self.max_length and len(t) < self.max_length
+        ]
         results = [Score(math.nan, len(t) + 1) for t in target_rows]
         if fits:
-            outputs = self.translator.score_batch([[self.source_pieces[i] for i in source_rows[j]] for j in fits],
-                                                  [[self.target_pieces[i] for i in target_rows[j]] for j in fits],
-                                                  max_input_length=0)
+            outputs = self.translator.score_batch(
+                [[self.source_pieces[i] for i in source_rows[j]] for j in fits],
+                [[self.target_pieces[i] for i in target_rows[j]] for j in fits],
+                max_input_length=0,
+            )
             for i, output in zip(fits, outputs):
                 results[i] = Score(float(sum(output.log_probs)), results[i].tokens)
         return results

@@ -10,7 +10,6 @@ Example:
 (2, 18)
 """
 
-
 import keras
 from keras import ops
 
@@ -90,7 +89,14 @@ def search_ids(
         else:
             noise = (random_uniform or keras.random.uniform)((batch_size, limit))
             tokens, scores = sample_search(
-                next_fn, state, batch_size, limit, noise, s.sampling_topk, s.sampling_temperature, s.sampling_topp,
+                next_fn,
+                state,
+                batch_size,
+                limit,
+                noise,
+                s.sampling_topk,
+                s.sampling_temperature,
+                s.sampling_topp,
                 **ids,
             )
         if num_hypotheses == 1:

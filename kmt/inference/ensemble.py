@@ -15,9 +15,11 @@ def ensemble_members(model):
         raise ValueError("An ensemble needs at least one model. Received: an empty list")
     for member in models:
         if not isinstance(member, Seq2SeqModel):
-            raise ValueError("Decoding needs a kmt.models.Seq2SeqModel (a model.keras saved before kmt's models were "
-                             "classes loads with kmt.checkpoints.load_run_keras). Received: model "
-                             f"{getattr(member, 'name', member)!r} of type {type(member).__name__}")
+            raise ValueError(
+                "Decoding needs a kmt.models.Seq2SeqModel (a model.keras saved before kmt's models were "
+                "classes loads with kmt.checkpoints.load_run_keras). Received: model "
+                f"{getattr(member, 'name', member)!r} of type {type(member).__name__}"
+            )
     sizes = [member.outputs[0].shape[-1] for member in models]
     if len(set(sizes)) > 1:
         raise ValueError(f"An ensemble's models must share one target vocabulary. Received: vocabulary sizes {sizes}")

@@ -14,8 +14,12 @@ def export_translator(translator, directory):
     """Writes `translator` as a SavedModel at `directory`, replacing what was there only once the new one is
     complete. Returns the size in bytes."""
     directory = Path(directory)
-    signatures = {"translate": translator.translate, "serving_default": translator.translate,
-                  "translate_nbest": translator.translate_nbest, "score": translator.score}
+    signatures = {
+        "translate": translator.translate,
+        "serving_default": translator.translate,
+        "translate_nbest": translator.translate_nbest,
+        "score": translator.score,
+    }
     write_atomically(directory, lambda partial: tf.saved_model.save(translator, str(partial), signatures=signatures))
     size = sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
     logger.info("exported a SavedModel to %s (%.1f MB)", directory, size / 1e6)

@@ -79,19 +79,24 @@ class CTranslate2Exporter(Exporter):
         from kmt.inference.ctranslate2 import QUANTIZATIONS, require_ctranslate2
 
         if quantization is not None and quantization not in QUANTIZATIONS:
-            raise KmtError(f"unknown quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)} "
-                           "(or leave it out for float32)")
+            raise KmtError(
+                f"unknown quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)} "
+                "(or leave it out for float32)"
+            )
         require_ctranslate2()
         self.quantization = quantization
 
     def check(self, settings, ensemble, models_arch):
         super().check(settings, ensemble, models_arch)
         if settings.sampling:
-            raise KmtError("sampling is a SavedModel option; format ctranslate2 converts one run for greedy or beam "
-                           "search")
+            raise KmtError(
+                "sampling is a SavedModel option; format ctranslate2 converts one run for greedy or beam search"
+            )
         if models_arch != "transformer":
-            raise KmtError(f"format ctranslate2 converts Transformers only; this run trained model.arch="
-                           f"{models_arch} (export it as a SavedModel)")
+            raise KmtError(
+                f"format ctranslate2 converts Transformers only; this run trained model.arch="
+                f"{models_arch} (export it as a SavedModel)"
+            )
 
     def default_output(self, run):
         return run.root / "_".join(["ctranslate2", *filter(None, [self.quantization])])
@@ -149,8 +154,10 @@ def export(
     writer = exporter(format, quantization=quantization)
     others = [Path(other) for other in ensemble]
     if others and checkpoint not in ("last", "best"):
-        raise KmtError(f"an ensemble loads every run at checkpoint last or best (or an average), not one run's "
-                       f"weights file. Received: checkpoint={checkpoint}")
+        raise KmtError(
+            f"an ensemble loads every run at checkpoint last or best (or an average), not one run's "
+            f"weights file. Received: checkpoint={checkpoint}"
+        )
     run = RunDir(run_dir)
     cfg = run.read_config()
     settings = search_settings(cfg.decode, search)
@@ -159,8 +166,10 @@ def export(
     for other in map(RunDir, others):
         other.read_config()  # a run directory
         if not Vocabularies.load(other.tokenizer).same_as(vocabularies):
-            raise KmtError(f"ensemble: {other.root} has another vocabulary than {run_dir}; an ensemble's runs must "
-                           "share one (train them on the same data with the same data.tokenizer settings)")
+            raise KmtError(
+                f"ensemble: {other.root} has another vocabulary than {run_dir}; an ensemble's runs must "
+                "share one (train them on the same data with the same data.tokenizer settings)"
+            )
     members = [Path(run_dir), *others]
     weights = [  # each run's weights files: the last N epochs to average, or the one checkpoint
         RunDir(member).checkpoints.last(average) if average else [RunDir(member).checkpoints.find(checkpoint)]

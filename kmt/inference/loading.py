@@ -26,13 +26,22 @@ def translator_kind(path) -> str:
         return "savedmodel"
     if (path / "config.yaml").is_file():
         return "run"
-    raise KmtError(f"{path} is not a kmt run directory (config.yaml), SavedModel export (saved_model.pb) "
-                   "or CTranslate2 directory; pass a run, its export/ or the output of kmt-export --format "
-                   "ctranslate2")
+    raise KmtError(
+        f"{path} is not a kmt run directory (config.yaml), SavedModel export (saved_model.pb) "
+        "or CTranslate2 directory; pass a run, its export/ or the output of kmt-export --format "
+        "ctranslate2"
+    )
 
 
-def load_translator(path, *, checkpoint: str | None = None, batch_size: int = 64, device: str = "cpu",
-                    compute_type: str = "default", threads: int = 0) -> Translator:
+def load_translator(
+    path,
+    *,
+    checkpoint: str | None = None,
+    batch_size: int = 64,
+    device: str = "cpu",
+    compute_type: str = "default",
+    threads: int = 0,
+) -> Translator:
     """The `Translator` of the model at `path`: a run directory's Keras model (`KerasTranslator`, searching with the
     run's `decode` settings), a SavedModel export (`SavedModelTranslator`) or a CTranslate2 directory
     (`CT2Translator`, searching with its exported settings).
@@ -51,8 +60,9 @@ def load_translator(path, *, checkpoint: str | None = None, batch_size: int = 64
     if kind == "ctranslate2":
         from kmt.inference.ctranslate2 import CT2Translator
 
-        return CT2Translator(path, device=device, compute_type=compute_type, intra_threads=threads,
-                             batch_size=batch_size)
+        return CT2Translator(
+            path, device=device, compute_type=compute_type, intra_threads=threads, batch_size=batch_size
+        )
     if kind == "savedmodel":
         from kmt.inference.translators import SavedModelTranslator
 

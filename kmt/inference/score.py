@@ -30,8 +30,10 @@ def score_ids(model, source, target, *, start_id=START_ID, end_id=END_ID, pad_id
     models = ensemble_members(model)
     max_length = max_length_of(models)
     if max_length and isinstance(target.shape[1], int) and target.shape[1] + 1 > max_length:
-        raise ValueError(f"score_ids: targets of {target.shape[1]} tokens plus the start token do not fit the model's "
-                         f"max_length {max_length}. Received: target.shape={tuple(target.shape)}")
+        raise ValueError(
+            f"score_ids: targets of {target.shape[1]} tokens plus the start token do not fit the model's "
+            f"max_length {max_length}. Received: target.shape={tuple(target.shape)}"
+        )
     lengths = ops.sum(ops.cast(ops.not_equal(target, pad_id), "int32"), axis=1)  # (B,)
     column = ops.zeros((ops.shape(target)[0], 1), "int32")  # (B, 1) pad
     target_in = ops.concatenate([column + start_id, target], axis=1)  # (B, T+1): shifted right behind the start

@@ -58,18 +58,29 @@ class SearchSettings:
     def __post_init__(self):
         beam_size, topk, topp, nbest = self.beam_size, self.sampling_topk, self.sampling_topp, self.nbest
         _check(beam_size >= 1, f"beam_size must be >= 1. Received: beam_size={beam_size}")
-        _check(self.max_length is None or self.max_length >= 1,
-               f"max_length must be >= 1. Received: max_length={self.max_length}")
-        _check(nbest is None or 1 <= nbest <= beam_size,
-               f"nbest must be 1 to beam_size. Received: nbest={nbest}, beam_size={beam_size}")
+        _check(
+            self.max_length is None or self.max_length >= 1,
+            f"max_length must be >= 1. Received: max_length={self.max_length}",
+        )
+        _check(
+            nbest is None or 1 <= nbest <= beam_size,
+            f"nbest must be 1 to beam_size. Received: nbest={nbest}, beam_size={beam_size}",
+        )
         _check(topk >= 0, f"sampling_topk must be >= 0. Received: sampling_topk={topk}")
-        _check(topk == 1 or beam_size == 1,
-               f"sampling_topk samples with beam_size=1 only. Received: sampling_topk={topk}, beam_size={beam_size}")
-        _check(self.sampling_temperature > 0,
-               f"sampling_temperature must be positive. Received: sampling_temperature={self.sampling_temperature}")
+        _check(
+            topk == 1 or beam_size == 1,
+            f"sampling_topk samples with beam_size=1 only. Received: sampling_topk={topk}, beam_size={beam_size}",
+        )
+        _check(
+            self.sampling_temperature > 0,
+            f"sampling_temperature must be positive. Received: sampling_temperature={self.sampling_temperature}",
+        )
         _check(0 < topp <= 1, f"sampling_topp must be in (0, 1]. Received: sampling_topp={topp}")
-        _check(topp == 1 or topk != 1, "sampling_topp applies to sampling: set sampling_topk=0 (or K > 1) too. "
-                                       f"Received: sampling_topp={topp}, sampling_topk={topk}")
+        _check(
+            topp == 1 or topk != 1,
+            "sampling_topp applies to sampling: set sampling_topk=0 (or K > 1) too. "
+            f"Received: sampling_topp={topp}, sampling_topk={topk}",
+        )
 
     @classmethod
     def from_config(cls, decode) -> "SearchSettings":

@@ -78,7 +78,10 @@ class TranslatorModule(tf.Module):
             source = ids.to_tensor(default_value=PAD_ID)  # (B, S)
             source = tf.pad(source, [[0, 0], [0, tf.maximum(1 - tf.shape(source)[1], 0)]])  # S >= 1 if all empty
             tokens, scores = search_ids(  # (B, K, L), (B, K)
-                model, source, settings, use_cache=use_cache,
+                model,
+                source,
+                settings,
+                use_cache=use_cache,
                 random_uniform=lambda shape: tf.random.uniform(shape),  # a stateful op: new draws every call
             )
             return tokens, tf.cast(scores, tf.float32), tf.equal(ids.row_lengths(), 0)

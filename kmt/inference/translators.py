@@ -53,8 +53,9 @@ class Translator(Protocol):
 
     settings: SearchSettings | None
 
-    def translate(self, lines: Sequence[str], *, settings: SearchSettings | None = None,
-                  nbest: int | None = None) -> list[str] | list[list["Hypothesis"]]:
+    def translate(
+        self, lines: Sequence[str], *, settings: SearchSettings | None = None, nbest: int | None = None
+    ) -> list[str] | list[list["Hypothesis"]]:
         """Each line's best translation (`nbest` None), or its `nbest` best `Hypothesis`es, best first."""
 
     def score(self, sources: Sequence[str], targets: Sequence[str]) -> list["Score"]:
@@ -68,8 +69,14 @@ class BatchedTranslator:
     settings: SearchSettings | None = None
     batch_size: int = 64
 
-    def translate(self, lines: Sequence[str], *, settings: SearchSettings | None = None,
-                  nbest: int | None = None, progress: bool = False) -> list[str] | list[list[Hypothesis]]:
+    def translate(
+        self,
+        lines: Sequence[str],
+        *,
+        settings: SearchSettings | None = None,
+        nbest: int | None = None,
+        progress: bool = False,
+    ) -> list[str] | list[list[Hypothesis]]:
         """Translates `lines`, a sequence of str: a list of str (`nbest` None), or of each line's `nbest` best
         `Hypothesis`es, best first. Inputs are cut to the model's `max_length` tokens.
 
@@ -86,18 +93,29 @@ class BatchedTranslator:
         if nbest is not None and nbest < 1:
             raise SettingsError(f"nbest must be positive. Received: nbest={nbest}")
         settings = self._checked(settings, nbest or 1)
-        results = map_sorted(lambda batch: self._translate_batch(batch, settings, nbest or 1), list(lines),
-                             self.batch_size, progress=progress)
+        results = map_sorted(
+            lambda batch: self._translate_batch(batch, settings, nbest or 1),
+            list(lines),
+            self.batch_size,
+            progress=progress,
+        )
         return [hypotheses[0].text for hypotheses in results] if nbest is None else results
 
     def score(self, sources: Sequence[str], targets: Sequence[str], *, progress: bool = False) -> list[Score]:
         """The `Score` of each `(sources[i], targets[i])` pair (forced decoding; fairseq's `--score-reference`)."""
         sources, targets = list(sources), list(targets)
         if len(sources) != len(targets):
-            raise ValueError(f"score takes as many targets as sources. Received: {len(sources)} sources, "
-                             f"{len(targets)} targets")
-        return map_sorted(lambda batch: self._score_batch(*zip(*batch)), list(zip(sources, targets)), self.batch_size,
-                          key=lambda pair: len(pair[0]) + len(pair[1]), progress=progress, verb="scored")
+            raise ValueError(
+                f"score takes as many targets as sources. Received: {len(sources)} sources, {len(targets)} targets"
+            )
+        return map_sorted(
+            lambda batch: self._score_batch(*zip(*batch)),
+            list(zip(sources, targets)),
+            self.batch_size,
+            key=lambda pair: len(pair[0]) + len(pair[1]),
+            progress=progress,
+            verb="scored",
+        )
 
     def _checked(self, settings, nbest):
         """The settings to search with: `settings` or the translator's own, with `nbest`."""
@@ -153,8 +171,13 @@ class KerasTranslator(BatchedTranslator):
         tokens, scores = search_ids(self.model, padded(rows), settings)
         tokens, scores = keras.ops.convert_to_numpy(tokens), keras.ops.convert_to_numpy(scores)  # (B, n, L), (B, n)
         texts = self.vocabularies.target.decode(tokens.reshape(-1, tokens.shape[-1]))
-        return [[Hypothesis(texts[i * nbest + k], float(scores[i, k])) if len(row) else Hypothesis("", 0.0)
-                 for k in range(nbest)] for i, row in enumerate(rows)]
+        return [
+            [
+                Hypothesis(texts[i * nbest + k], float(scores[i, k])) if len(row) else Hypothesis("", 0.0)
+                for k in range(nbest)
+            ]
+            for i, row in enumerate(rows)
+        ]
 
     def _translate_graph(self, lines, settings, nbest):
         import tensorflow as tf
@@ -163,8 +186,12 @@ class KerasTranslator(BatchedTranslator):
 
         if settings not in self._modules:
             self._modules[settings] = TranslatorModule(self.model, self.vocabularies, settings)
-        return translate_signatures(self._modules[settings].translate, self._modules[settings].translate_nbest,
-                                    tf.constant(lines, tf.string), nbest)
+        return translate_signatures(
+            self._modules[settings].translate,
+            self._modules[settings].translate_nbest,
+            tf.constant(lines, tf.string),
+            nbest,
+        )
 
     def _score_batch(self, sources, targets):
         import keras
@@ -174,12 +201,16 @@ class KerasTranslator(BatchedTranslator):
         source_rows = self.vocabularies.source.encode(sources)
         target_rows = self.vocabularies.target.encode(targets)
         # As the SavedModel's `score`: the start token and the target's tokens need a position each, as in training.
-        fits = [i for i, (s, t) in enumerate(zip(source_rows, target_rows))
-                if 0 < len(s) <= self.max_length and len(t) < self.max_length]
+        fits = [
+            i
+            for i, (s, t) in enumerate(zip(source_rows, target_rows))
+            if 0 < len(s) <= self.max_length and len(t) < self.max_length
+        ]
         results = [Score(math.nan, len(t) + 1) for t in target_rows]
         if fits:
-            scores, _ = score_ids(self.model, padded([source_rows[i] for i in fits]),
-                                  padded([target_rows[i] for i in fits]))
+            scores, _ = score_ids(
+                self.model, padded([source_rows[i] for i in fits]), padded([target_rows[i] for i in fits])
+            )
             for i, value in zip(fits, keras.ops.convert_to_numpy(scores)):
                 results[i] = Score(float(value), results[i].tokens)
         return results
@@ -189,11 +220,15 @@ def translate_signatures(translate, translate_nbest, text, nbest):
     """`[[Hypothesis] * nbest for each line]` from a `translate` signature (nbest 1) or a `translate_nbest` one."""
     if nbest == 1:
         outputs = translate(text=text)
-        return [[Hypothesis(t.decode("utf-8"), float(s))]
-                for t, s in zip(outputs["translation"].numpy(), outputs["score"].numpy())]
+        return [
+            [Hypothesis(t.decode("utf-8"), float(s))]
+            for t, s in zip(outputs["translation"].numpy(), outputs["score"].numpy())
+        ]
     outputs = translate_nbest(text=text)
-    return [[Hypothesis(t.decode("utf-8"), float(s)) for t, s in zip(texts[:nbest], scores[:nbest])]
-            for texts, scores in zip(outputs["translations"].numpy(), outputs["scores"].numpy())]
+    return [
+        [Hypothesis(t.decode("utf-8"), float(s)) for t, s in zip(texts[:nbest], scores[:nbest])]
+        for texts, scores in zip(outputs["translations"].numpy(), outputs["scores"].numpy())
+    ]
 
 
 class SavedModelTranslator(BatchedTranslator):
@@ -220,8 +255,10 @@ class SavedModelTranslator(BatchedTranslator):
     def signature(self, name):
         """The SavedModel's signature `name` (`translate`, `translate_nbest`, `score`)."""
         if name not in self.signatures:
-            raise KmtError(f"{self.path} has no '{name}' signature: it was exported by an older kmt; export the run "
-                           "again with `kmt-export RUN_DIR`")
+            raise KmtError(
+                f"{self.path} has no '{name}' signature: it was exported by an older kmt; export the run "
+                "again with `kmt-export RUN_DIR`"
+            )
         return self.signatures[name]
 
     @property
@@ -231,11 +268,15 @@ class SavedModelTranslator(BatchedTranslator):
 
     def _checked(self, settings, nbest):
         if settings is not None:
-            raise KmtError(f"{self.path} is a SavedModel, whose search settings are baked in: export the run again "
-                           "with `kmt-export RUN_DIR --beam-size N --length-penalty A`")
+            raise KmtError(
+                f"{self.path} is a SavedModel, whose search settings are baked in: export the run again "
+                "with `kmt-export RUN_DIR --beam-size N --length-penalty A`"
+            )
         if nbest > 1 and nbest > self.beam_size:
-            raise KmtError(f"nbest {nbest} is more than the {self.beam_size} hypotheses of the export's beam; export "
-                           f"the run with `kmt-export RUN_DIR --beam-size {nbest}`")
+            raise KmtError(
+                f"nbest {nbest} is more than the {self.beam_size} hypotheses of the export's beam; export "
+                f"the run with `kmt-export RUN_DIR --beam-size {nbest}`"
+            )
         return None
 
     def _translate_batch(self, lines, settings, nbest):
@@ -247,6 +288,7 @@ class SavedModelTranslator(BatchedTranslator):
     def _score_batch(self, sources, targets):
         import tensorflow as tf
 
-        outputs = self.signature("score")(source=tf.constant(sources, tf.string),
-                                           target=tf.constant(targets, tf.string))
+        outputs = self.signature("score")(
+            source=tf.constant(sources, tf.string), target=tf.constant(targets, tf.string)
+        )
         return [Score(float(p), int(n)) for p, n in zip(outputs["score"].numpy(), outputs["length"].numpy())]

@@ -13,8 +13,7 @@ def check_divisible(hidden_dim, num_heads):
     """Raises the ValueError every attention block gives when heads do not split the hidden size evenly."""
     if hidden_dim % num_heads:
         raise ValueError(
-            "hidden_dim must be divisible by num_heads. "
-            f"Received: hidden_dim={hidden_dim}, num_heads={num_heads}"
+            f"hidden_dim must be divisible by num_heads. Received: hidden_dim={hidden_dim}, num_heads={num_heads}"
         )
 
 

@@ -23,8 +23,11 @@ class Dropout(keras.layers.Dropout):
         if self.rate >= 1:
             return ops.zeros_like(inputs)
         shape = ops.shape(inputs)
-        noise_shape = shape if self.noise_shape is None else tuple(
-            shape[axis] if size is None else size for axis, size in enumerate(self.noise_shape))
+        noise_shape = (
+            shape
+            if self.noise_shape is None
+            else tuple(shape[axis] if size is None else size for axis, size in enumerate(self.noise_shape))
+        )
         keep = keras.random.uniform(noise_shape, dtype="float32", seed=self.seed_generator) >= self.rate
         scaled = ops.cast(ops.cast(inputs, "float32") / (1.0 - self.rate), inputs.dtype)
         return ops.where(keep, scaled, ops.zeros_like(inputs))

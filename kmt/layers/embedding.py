@@ -66,9 +66,7 @@ class PositionalEmbedding(keras.layers.Layer):
 
     def build(self, inputs_shape=None):
         if self.learned_positions and not self.max_length:
-            raise ValueError(
-                f"learned_positions=True needs max_length. Received: max_length={self.max_length}"
-            )
+            raise ValueError(f"learned_positions=True needs max_length. Received: max_length={self.max_length}")
         self.token_embedding = keras.layers.Embedding(
             self.vocab_size,
             self.hidden_dim,

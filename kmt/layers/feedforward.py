@@ -58,4 +58,3 @@ class FeedForward(keras.layers.Layer):
             }
         )
         return config
-

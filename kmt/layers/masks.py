@@ -57,7 +57,8 @@ def source_attention_mask(source):
 
 @keras.saving.register_keras_serializable(package="kmt")
 def source_padding_mask(source):
-    """The mask a recurrent encoder skips padding with (`kmt.models.LSTM`): (B, S) ids -> (B, S) bool, True at real tokens."""
+    """The mask a recurrent encoder skips padding with (`kmt.models.LSTM`): (B, S) ids -> (B, S) bool, True at real
+    tokens."""
     return padding_mask(source)
 
 

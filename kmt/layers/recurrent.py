@@ -36,7 +36,8 @@ class TokenEmbedding(keras.layers.Layer):
 
     def build(self, inputs_shape=None):
         self.embeddings = self.add_weight(
-            shape=(self.vocab_size, self.hidden_dim), initializer=keras.initializers.RandomUniform(-0.1, 0.1),
+            shape=(self.vocab_size, self.hidden_dim),
+            initializer=keras.initializers.RandomUniform(-0.1, 0.1),
             name="embeddings",
         )
         self.built = True
@@ -109,15 +110,13 @@ class AttentionDecoder(keras.layers.Layer):
             cell.build((None, width))
             self.cells.append(cell)
             width = d
-        self.bridge = keras.layers.Dense(d * self.num_layers, activation="tanh", dtype=self.dtype_policy,
-                                         name="bridge")
+        self.bridge = keras.layers.Dense(d * self.num_layers, activation="tanh", dtype=self.dtype_policy, name="bridge")
         self.bridge.build((None, d))
         self.attention_kernel = None
         if self.score == "general":
             self.attention_kernel = keras.layers.Dense(d, use_bias=False, dtype=self.dtype_policy, name="attention")
             self.attention_kernel.build((None, None, d))
-        self.combine = keras.layers.Dense(d, activation="tanh", use_bias=False, dtype=self.dtype_policy,
-                                          name="combine")
+        self.combine = keras.layers.Dense(d, activation="tanh", use_bias=False, dtype=self.dtype_policy, name="combine")
         self.combine.build((None, 2 * d))
         self.built = True
 
@@ -163,6 +162,12 @@ class AttentionDecoder(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"hidden_dim": self.hidden_dim, "num_layers": self.num_layers, "score": self.score,
-                       "max_length": self.max_length})
+        config.update(
+            {
+                "hidden_dim": self.hidden_dim,
+                "num_layers": self.num_layers,
+                "score": self.score,
+                "max_length": self.max_length,
+            }
+        )
         return config

@@ -46,9 +46,22 @@ class LSTM(Seq2SeqModel):
     (2, 5, 100)
     """
 
-    def __init__(self, vocab_size, num_layers=2, hidden_dim=256, dropout=0.2, max_length=256, *,
-                 num_decoder_layers=None, target_vocab_size=None, shared_embeddings=True, tied_output=True,
-                 score="general", name="lstm", **kwargs):
+    def __init__(
+        self,
+        vocab_size,
+        num_layers=2,
+        hidden_dim=256,
+        dropout=0.2,
+        max_length=256,
+        *,
+        num_decoder_layers=None,
+        target_vocab_size=None,
+        shared_embeddings=True,
+        tied_output=True,
+        score="general",
+        name="lstm",
+        **kwargs,
+    ):
         target_vocab_size = target_vocab_size or vocab_size
         num_decoder_layers = num_decoder_layers or num_layers
         if hidden_dim % 2:
@@ -64,14 +77,18 @@ class LSTM(Seq2SeqModel):
         real = keras.layers.Lambda(source_padding_mask, name="source_padding_mask")(source)  # (B, S)
 
         self.source_embedding = TokenEmbedding(vocab_size, hidden_dim, name="source_embedding")
-        self.target_embedding = self.source_embedding if shared_embeddings else \
-            TokenEmbedding(target_vocab_size, hidden_dim, name="target_embedding")
+        self.target_embedding = (
+            self.source_embedding
+            if shared_embeddings
+            else TokenEmbedding(target_vocab_size, hidden_dim, name="target_embedding")
+        )
 
         self.source_embedding_dropout = Dropout(dropout, name="source_embedding_dropout")
         x = self.source_embedding_dropout(self.source_embedding(source))  # (B, S, D)
         self.encoder_layers = [
-            keras.layers.Bidirectional(keras.layers.LSTM(hidden_dim // 2, return_sequences=True),
-                                       name=f"encoder_layer_{i}")
+            keras.layers.Bidirectional(
+                keras.layers.LSTM(hidden_dim // 2, return_sequences=True), name=f"encoder_layer_{i}"
+            )
             for i in range(num_layers)
         ]
         self.encoder_dropouts = []
@@ -83,15 +100,18 @@ class LSTM(Seq2SeqModel):
 
         self.target_embedding_dropout = Dropout(dropout, name="target_embedding_dropout")
         y = self.target_embedding_dropout(self.target_embedding(target_in))  # (B, T, D)
-        self.decoder = AttentionDecoder(hidden_dim, num_decoder_layers, score=score, max_length=max_length,
-                                        name="lstm_decoder")
+        self.decoder = AttentionDecoder(
+            hidden_dim, num_decoder_layers, score=score, max_length=max_length, name="lstm_decoder"
+        )
         self.decoder_dropout = Dropout(dropout, name="decoder_dropout")
         y = self.decoder_dropout(self.decoder(y, x, source_mask))  # (B, T, D)
 
-        self.output_projection = None if tied_output else \
-            keras.layers.Dense(target_vocab_size, name="output_projection")
-        logits = self.output_projection(y) if self.output_projection else \
-            self.target_embedding(y, reverse=True)  # (B, T, V)
+        self.output_projection = (
+            None if tied_output else keras.layers.Dense(target_vocab_size, name="output_projection")
+        )
+        logits = (
+            self.output_projection(y) if self.output_projection else self.target_embedding(y, reverse=True)
+        )  # (B, T, V)
         logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
         super().__init__(inputs={"source": source, "target_in": target_in}, outputs=logits, name=name, **kwargs)
 
@@ -103,20 +123,33 @@ class LSTM(Seq2SeqModel):
 
     def get_config(self):
         return {
-            "name": self.name, "trainable": self.trainable,
-            "vocab_size": self.vocab_size, "num_layers": self.num_layers, "hidden_dim": self.hidden_dim,
-            "dropout": self.dropout, "max_length": self.max_length, "num_decoder_layers": self.num_decoder_layers,
-            "target_vocab_size": self.target_vocab_size, "shared_embeddings": self.shared_embeddings,
-            "tied_output": self.tied_output, "score": self.score,
+            "name": self.name,
+            "trainable": self.trainable,
+            "vocab_size": self.vocab_size,
+            "num_layers": self.num_layers,
+            "hidden_dim": self.hidden_dim,
+            "dropout": self.dropout,
+            "max_length": self.max_length,
+            "num_decoder_layers": self.num_decoder_layers,
+            "target_vocab_size": self.target_vocab_size,
+            "shared_embeddings": self.shared_embeddings,
+            "tied_output": self.tied_output,
+            "score": self.score,
         }
 
     @classmethod
     def from_model_config(cls, model_cfg, source_vocab_size, target_vocab_size):
         return cls(
-            vocab_size=source_vocab_size, target_vocab_size=target_vocab_size, num_layers=model_cfg.num_layers,
-            num_decoder_layers=model_cfg.num_decoder_layers, hidden_dim=model_cfg.hidden_dim,
-            dropout=model_cfg.dropout, max_length=model_cfg.max_length,
-            shared_embeddings=model_cfg.shared_embeddings, tied_output=model_cfg.tied_output, score=model_cfg.score,
+            vocab_size=source_vocab_size,
+            target_vocab_size=target_vocab_size,
+            num_layers=model_cfg.num_layers,
+            num_decoder_layers=model_cfg.num_decoder_layers,
+            hidden_dim=model_cfg.hidden_dim,
+            dropout=model_cfg.dropout,
+            max_length=model_cfg.max_length,
+            shared_embeddings=model_cfg.shared_embeddings,
+            tied_output=model_cfg.tied_output,
+            score=model_cfg.score,
         )
 
     # === Decoding ===
@@ -143,12 +176,17 @@ class LSTM(Seq2SeqModel):
     def decode_step(self, tokens, index, state, context):
         keys, encoder_outputs, source_mask = context
         token = ops.take(tokens, ops.reshape(index, (1,)), axis=1)[:, 0]  # (N,)
-        attentional, state = self.decoder.step(self.target_embedding(token), state, keys, encoder_outputs,
-                                               source_mask)  # (N, D)
+        attentional, state = self.decoder.step(
+            self.target_embedding(token), state, keys, encoder_outputs, source_mask
+        )  # (N, D)
         return project(attentional, self.target_embedding, self.output_projection), state  # (N, V)
 
     def residual_dropouts(self):
         """Every Dropout layer it has: on the embeddings, between the encoder layers and on the attentional
         vectors."""
-        return [self.source_embedding_dropout, *self.encoder_dropouts, self.target_embedding_dropout,
-                self.decoder_dropout]
+        return [
+            self.source_embedding_dropout,
+            *self.encoder_dropouts,
+            self.target_embedding_dropout,
+            self.decoder_dropout,
+        ]

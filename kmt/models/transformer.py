@@ -54,31 +54,63 @@ class Transformer(Seq2SeqModel):
     (2, 5, 100)
     """
 
-    def __init__(self, vocab_size, num_layers=6, hidden_dim=512, num_heads=8, intermediate_dim=2048, dropout=0.1,
-                 max_length=256, *, num_decoder_layers=None, target_vocab_size=None, shared_embeddings=True,
-                 tied_output=True, norm_first=False, attention_dropout=0.0, activation_dropout=0.0,
-                 learned_positions=False, source_word_dropout=0.0, target_word_dropout=0.0, layer_norm_epsilon=1e-5,
-                 name="transformer", **kwargs):
+    def __init__(
+        self,
+        vocab_size,
+        num_layers=6,
+        hidden_dim=512,
+        num_heads=8,
+        intermediate_dim=2048,
+        dropout=0.1,
+        max_length=256,
+        *,
+        num_decoder_layers=None,
+        target_vocab_size=None,
+        shared_embeddings=True,
+        tied_output=True,
+        norm_first=False,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        learned_positions=False,
+        source_word_dropout=0.0,
+        target_word_dropout=0.0,
+        layer_norm_epsilon=1e-5,
+        name="transformer",
+        **kwargs,
+    ):
         check_divisible(hidden_dim, num_heads)
         target_vocab_size = target_vocab_size or vocab_size
         num_decoder_layers = num_decoder_layers or num_layers
         check_joint_vocabulary(shared_embeddings, vocab_size, target_vocab_size)
-        check_rates(dropout=dropout, attention_dropout=attention_dropout, activation_dropout=activation_dropout,
-                    source_word_dropout=source_word_dropout, target_word_dropout=target_word_dropout)
-        layer_args = dict(hidden_dim=hidden_dim, num_heads=num_heads, intermediate_dim=intermediate_dim,
-                          dropout=dropout, attention_dropout=attention_dropout,
-                          activation_dropout=activation_dropout, norm_first=norm_first,
-                          layer_norm_epsilon=layer_norm_epsilon)
+        check_rates(
+            dropout=dropout,
+            attention_dropout=attention_dropout,
+            activation_dropout=activation_dropout,
+            source_word_dropout=source_word_dropout,
+            target_word_dropout=target_word_dropout,
+        )
+        layer_args = dict(
+            hidden_dim=hidden_dim,
+            num_heads=num_heads,
+            intermediate_dim=intermediate_dim,
+            dropout=dropout,
+            attention_dropout=attention_dropout,
+            activation_dropout=activation_dropout,
+            norm_first=norm_first,
+            layer_norm_epsilon=layer_norm_epsilon,
+        )
 
         # === Layers === (made in the order they always were: each Dropout takes a seed from the global generator
         # when it is made, so this order keeps a seed's weights and masks what they were)
         def embedding(vocab, embedding_name):
-            return PositionalEmbedding(vocab, hidden_dim, max_length=max_length,
-                                       learned_positions=learned_positions, name=embedding_name)
+            return PositionalEmbedding(
+                vocab, hidden_dim, max_length=max_length, learned_positions=learned_positions, name=embedding_name
+            )
 
         self.source_embedding = embedding(vocab_size, "source_embedding")
-        self.target_embedding = self.source_embedding if shared_embeddings else \
-            embedding(target_vocab_size, "target_embedding")
+        self.target_embedding = (
+            self.source_embedding if shared_embeddings else embedding(target_vocab_size, "target_embedding")
+        )
 
         # === Functional model ===
         source = keras.Input(shape=(None,), dtype="int32", name="source")
@@ -97,25 +129,28 @@ class Transformer(Seq2SeqModel):
         self.encoder_layers = [EncoderLayer(**layer_args, name=f"encoder_layer_{i}") for i in range(num_layers)]
         for layer in self.encoder_layers:
             x = layer(x, attention_mask=source_mask)  # (B, S, D)
-        self.encoder_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm") \
-            if norm_first else None
+        self.encoder_norm = (
+            keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm") if norm_first else None
+        )
         if self.encoder_norm:
             x = self.encoder_norm(x)
 
         self.target_embedding_dropout, y = embedded(self.target_embedding, target_in, "target", target_word_dropout)
-        self.decoder_layers = [DecoderLayer(**layer_args, name=f"decoder_layer_{i}")
-                               for i in range(num_decoder_layers)]
+        self.decoder_layers = [DecoderLayer(**layer_args, name=f"decoder_layer_{i}") for i in range(num_decoder_layers)]
         for layer in self.decoder_layers:
             y = layer(y, x, self_attention_mask=target_mask, cross_attention_mask=source_mask)  # (B, T, D)
-        self.decoder_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="decoder_norm") \
-            if norm_first else None
+        self.decoder_norm = (
+            keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="decoder_norm") if norm_first else None
+        )
         if self.decoder_norm:
             y = self.decoder_norm(y)
 
-        self.output_projection = None if tied_output else \
-            keras.layers.Dense(target_vocab_size, name="output_projection")
-        logits = self.output_projection(y) if self.output_projection else \
-            self.target_embedding(y, reverse=True)  # (B, T, V)
+        self.output_projection = (
+            None if tied_output else keras.layers.Dense(target_vocab_size, name="output_projection")
+        )
+        logits = (
+            self.output_projection(y) if self.output_projection else self.target_embedding(y, reverse=True)
+        )  # (B, T, V)
         # Logits leave in float32 whatever the compute dtype, so the softmax and the loss are computed in float32.
         logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
         super().__init__(inputs={"source": source, "target_in": target_in}, outputs=logits, name=name, **kwargs)
@@ -133,27 +168,47 @@ class Transformer(Seq2SeqModel):
 
     def get_config(self):
         return {
-            "name": self.name, "trainable": self.trainable,
-            "vocab_size": self.vocab_size, "num_layers": self.num_layers, "hidden_dim": self.hidden_dim,
-            "num_heads": self.num_heads, "intermediate_dim": self.intermediate_dim, "dropout": self.dropout,
-            "max_length": self.max_length, "num_decoder_layers": self.num_decoder_layers,
-            "target_vocab_size": self.target_vocab_size, "shared_embeddings": self.shared_embeddings,
-            "tied_output": self.tied_output, "norm_first": self.norm_first,
-            "attention_dropout": self.attention_dropout, "activation_dropout": self.activation_dropout,
-            "learned_positions": self.learned_positions, "source_word_dropout": self.source_word_dropout,
-            "target_word_dropout": self.target_word_dropout, "layer_norm_epsilon": self.layer_norm_epsilon,
+            "name": self.name,
+            "trainable": self.trainable,
+            "vocab_size": self.vocab_size,
+            "num_layers": self.num_layers,
+            "hidden_dim": self.hidden_dim,
+            "num_heads": self.num_heads,
+            "intermediate_dim": self.intermediate_dim,
+            "dropout": self.dropout,
+            "max_length": self.max_length,
+            "num_decoder_layers": self.num_decoder_layers,
+            "target_vocab_size": self.target_vocab_size,
+            "shared_embeddings": self.shared_embeddings,
+            "tied_output": self.tied_output,
+            "norm_first": self.norm_first,
+            "attention_dropout": self.attention_dropout,
+            "activation_dropout": self.activation_dropout,
+            "learned_positions": self.learned_positions,
+            "source_word_dropout": self.source_word_dropout,
+            "target_word_dropout": self.target_word_dropout,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
         }
 
     @classmethod
     def from_model_config(cls, model_cfg, source_vocab_size, target_vocab_size):
         return cls(
-            vocab_size=source_vocab_size, target_vocab_size=target_vocab_size, num_layers=model_cfg.num_layers,
-            num_decoder_layers=model_cfg.num_decoder_layers, hidden_dim=model_cfg.hidden_dim,
-            num_heads=model_cfg.num_heads, intermediate_dim=model_cfg.intermediate_dim, dropout=model_cfg.dropout,
-            max_length=model_cfg.max_length, shared_embeddings=model_cfg.shared_embeddings,
-            tied_output=model_cfg.tied_output, norm_first=model_cfg.norm_first,
-            attention_dropout=model_cfg.attention_dropout, activation_dropout=model_cfg.activation_dropout,
-            learned_positions=model_cfg.learned_positions, source_word_dropout=model_cfg.source_word_dropout,
+            vocab_size=source_vocab_size,
+            target_vocab_size=target_vocab_size,
+            num_layers=model_cfg.num_layers,
+            num_decoder_layers=model_cfg.num_decoder_layers,
+            hidden_dim=model_cfg.hidden_dim,
+            num_heads=model_cfg.num_heads,
+            intermediate_dim=model_cfg.intermediate_dim,
+            dropout=model_cfg.dropout,
+            max_length=model_cfg.max_length,
+            shared_embeddings=model_cfg.shared_embeddings,
+            tied_output=model_cfg.tied_output,
+            norm_first=model_cfg.norm_first,
+            attention_dropout=model_cfg.attention_dropout,
+            activation_dropout=model_cfg.activation_dropout,
+            learned_positions=model_cfg.learned_positions,
+            source_word_dropout=model_cfg.source_word_dropout,
             target_word_dropout=model_cfg.target_word_dropout,
         )
 
@@ -173,8 +228,9 @@ class Transformer(Seq2SeqModel):
         y = self.target_embedding(target_in)  # (N, T, D)
         self_mask = target_attention_mask(target_in)  # (N, T, T)
         for layer in self.decoder_layers:
-            y = layer(y, encoder_outputs, self_attention_mask=self_mask, cross_attention_mask=source_mask,
-                      training=False)
+            y = layer(
+                y, encoder_outputs, self_attention_mask=self_mask, cross_attention_mask=source_mask, training=False
+            )
         return y
 
     def decode(self, target_in, encoder_outputs, source_mask):
@@ -195,8 +251,9 @@ class Transformer(Seq2SeqModel):
         """Each decoder layer's self-attention cache for L+1 positions, zeros: a list of `(N, 2, L+1, H, D/H)`."""
         rows = ops.shape(encoder_outputs)[0]
         return [
-            ops.zeros((rows, 2, max_length + 1, layer.num_heads, layer.hidden_dim // layer.num_heads),
-                      layer.compute_dtype)
+            ops.zeros(
+                (rows, 2, max_length + 1, layer.num_heads, layer.hidden_dim // layer.num_heads), layer.compute_dtype
+            )
             for layer in self.decoder_layers
         ]
 
@@ -210,9 +267,15 @@ class Transformer(Seq2SeqModel):
         y = self.target_embedding(token, start_index=index)  # (N, 1, D)
         updated = []
         for layer, cache, cross_cache in zip(self.decoder_layers, state, cross_caches):
-            y, cache, _ = layer(y, self_attention_mask=self_mask, cross_attention_mask=source_mask,
-                                self_attention_cache=cache, self_attention_cache_update_index=index,
-                                cross_attention_cache=cross_cache, training=False)
+            y, cache, _ = layer(
+                y,
+                self_attention_mask=self_mask,
+                cross_attention_mask=source_mask,
+                self_attention_cache=cache,
+                self_attention_cache_update_index=index,
+                cross_attention_cache=cross_cache,
+                training=False,
+            )
             updated.append(cache)
         return self.logits(y)[:, 0, :], updated  # (N, V)
 

@@ -48,8 +48,10 @@ MODEL_ROUTES = ("/v1/models/:predict", "/translate")
 VERSION = "1"
 CLIENT_GONE = 499  # nginx's "client closed request": logged and counted, never sent
 DRAIN_BYTES = 64 * 2**20  # most of a body over the limit read (and dropped) so that its client gets the 413
-_MODEL_PATH = re.compile(r"(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
-                         r"(?:/(?P<metadata>metadata)|:(?P<verb>[^/:]+))?")
+_MODEL_PATH = re.compile(
+    r"(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
+    r"(?:/(?P<metadata>metadata)|:(?P<verb>[^/:]+))?"
+)
 
 
 @dataclasses.dataclass
@@ -91,8 +93,12 @@ def create_app(model_path, settings, on_load_failure=lambda: None):
         Route("/readyz", state.readyz, methods=["GET"]),
         Route("/metrics", state.metrics_text, methods=["GET"]),
     ]
-    handlers = {RequestError: _error_response, HTTPException: _http_error, ClientDisconnect: _client_gone,
-                Exception: _internal_error}
+    handlers = {
+        RequestError: _error_response,
+        HTTPException: _http_error,
+        ClientDisconnect: _client_gone,
+        Exception: _internal_error,
+    }
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
     return AccessLog(app, state.metrics)
 
@@ -108,25 +114,39 @@ class _State:
         path = request.url.path
         route = _MODEL_PATH.fullmatch(request.path_params["path"])
         if route is None or route["verb"] not in (None, "predict", "classify", "regress"):
-            raise RequestError(404, f"no route {path}; TensorFlow Serving's are /v1/models/NAME[/versions/N"
-                                    f"|/labels/LABEL][/metadata|:predict]")
+            raise RequestError(
+                404,
+                f"no route {path}; TensorFlow Serving's are /v1/models/NAME[/versions/N"
+                f"|/labels/LABEL][/metadata|:predict]",
+            )
         method = "POST" if route["verb"] else "GET"
         if request.method not in (method, "HEAD" if method == "GET" else None):
             raise RequestError(405, f"{path} takes {method}. Received: {request.method}", {"Allow": method})
         self._check_name(route["name"])
         if route["version"] not in (None, VERSION):
-            raise RequestError(404, f"version {route['version']} of model '{route['name']}' not found; this server "
-                                    f"serves version {VERSION}")
+            raise RequestError(
+                404,
+                f"version {route['version']} of model '{route['name']}' not found; this server "
+                f"serves version {VERSION}",
+            )
         if route["verb"] in ("classify", "regress"):
-            raise RequestError(400, f"{path}: kmt's signatures are tensorflow/serving/predict ones, which "
-                                    f":{route['verb']} cannot call; use :predict")
+            raise RequestError(
+                400,
+                f"{path}: kmt's signatures are tensorflow/serving/predict ones, which "
+                f":{route['verb']} cannot call; use :predict",
+            )
         if route["verb"]:
             return await self.predict(request)
         if route["metadata"]:
             return JSONResponse(metadata_response(self.settings.model_name, VERSION, self._ready_model().signatures))
         state = "AVAILABLE" if self.ready else "LOADING"
-        return JSONResponse({"model_version_status": [
-            {"version": VERSION, "state": state, "status": {"error_code": "OK", "error_message": ""}}]})
+        return JSONResponse(
+            {
+                "model_version_status": [
+                    {"version": VERSION, "state": state, "status": {"error_code": "OK", "error_message": ""}}
+                ]
+            }
+        )
 
     async def predict(self, request):
         model = self._ready_model()
@@ -173,11 +193,18 @@ class _State:
                     if size <= limit:
                         chunks.append(chunk)
         except TimeoutError:
-            raise RequestError(408, f"the request body did not arrive within --request-timeout-s "
-                                    f"{settings.request_timeout_s:g}", closing) from None
+            raise RequestError(
+                408,
+                f"the request body did not arrive within --request-timeout-s {settings.request_timeout_s:g}",
+                closing,
+            ) from None
         if size > limit:
-            raise RequestError(413, f"the request body is over {limit} bytes, the most that --max-sentences "
-                                    f"{settings.max_sentences} and --max-chars {settings.max_chars} allow", closing)
+            raise RequestError(
+                413,
+                f"the request body is over {limit} bytes, the most that --max-sentences "
+                f"{settings.max_sentences} and --max-chars {settings.max_chars} allow",
+                closing,
+            )
         return b"".join(chunks)
 
     async def _run(self, request, signature, inputs):
@@ -196,20 +223,25 @@ class _State:
         settings = self.settings
         count = len(next(iter(inputs.values())))
         if count > settings.max_sentences:
-            raise RequestError(400, f"the request has {count} sentences; the limit is --max-sentences "
-                                    f"{settings.max_sentences}")
+            raise RequestError(
+                400, f"the request has {count} sentences; the limit is --max-sentences {settings.max_sentences}"
+            )
         for name, values in inputs.items():
             for i, value in enumerate(values):
                 if len(value) > settings.max_chars:
-                    raise RequestError(400, f"sentence {i} ({name}) has {len(value)} characters; the limit is "
-                                            f"--max-chars {settings.max_chars}")
+                    raise RequestError(
+                        400,
+                        f"sentence {i} ({name}) has {len(value)} characters; the limit is "
+                        f"--max-chars {settings.max_chars}",
+                    )
         try:
             return await asyncio.wait_for(self.queue.submit(signature, inputs), settings.request_timeout_s)
         except QueueFull as error:
             raise RequestError(503, str(error), {"Retry-After": "1"}) from None
         except TimeoutError:
-            raise RequestError(504, f"the request was not answered within --request-timeout-s "
-                                    f"{settings.request_timeout_s:g}") from None
+            raise RequestError(
+                504, f"the request was not answered within --request-timeout-s {settings.request_timeout_s:g}"
+            ) from None
         except DecodingFailed as error:
             raise RequestError(500, str(error)) from None
 
@@ -227,14 +259,23 @@ async def _load(state, model_path, on_load_failure):
         on_load_failure()
         return
     if settings.batching:
-        queue = Batcher(model, settings.max_batch_size, settings.batch_timeout_ms / 1000, settings.max_queue,
-                        state.metrics.observe_batch)
+        queue = Batcher(
+            model,
+            settings.max_batch_size,
+            settings.batch_timeout_ms / 1000,
+            settings.max_queue,
+            state.metrics.observe_batch,
+        )
     else:
         queue = Unbatched(model, settings.max_queue, state.metrics.observe_batch)
     await queue.start()
     state.model, state.queue, state.ready = model, queue, True
-    logger.info("ready: %s loaded and warmed in %.1f s (signatures: %s)", model_path,
-                time.perf_counter() - started, ", ".join(sorted(model.signatures)))
+    logger.info(
+        "ready: %s loaded and warmed in %.1f s (signatures: %s)",
+        model_path,
+        time.perf_counter() - started,
+        ", ".join(sorted(model.signatures)),
+    )
 
 
 def _error_response(request, error):
@@ -252,8 +293,11 @@ def _client_gone(request, error):
 
 
 def _http_error(request, error):
-    return JSONResponse({"error": f"{error.detail}: {request.method} {request.url.path}"},
-                        status_code=error.status_code, headers=error.headers)
+    return JSONResponse(
+        {"error": f"{error.detail}: {request.method} {request.url.path}"},
+        status_code=error.status_code,
+        headers=error.headers,
+    )
 
 
 class AccessLog:
@@ -280,8 +324,15 @@ class AccessLog:
             answered = status[0] != CLIENT_GONE
             self.metrics.observe_request(route, status[0], seconds, answered and route in MODEL_ROUTES)
             client = "{}:{}".format(*scope["client"]) if scope.get("client") else "-"
-            access_logger.info('%s "%s %s" %d %.1fms%s', client, scope["method"], scope["path"], status[0],
-                               seconds * 1000, "" if answered else " (the client went away; nothing sent)")
+            access_logger.info(
+                '%s "%s %s" %d %.1fms%s',
+                client,
+                scope["method"],
+                scope["path"],
+                status[0],
+                seconds * 1000,
+                "" if answered else " (the client went away; nothing sent)",
+            )
 
 
 def _route(path):

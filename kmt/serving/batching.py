@@ -125,8 +125,9 @@ class Batcher(_Counted):
         outputs = {name: [None] * count for name in self._model.signatures[signature].outputs}
         request = _Request(asyncio.get_running_loop().create_future(), outputs, count)
         for index in range(count):
-            self._queue.put_nowait(_Sentence(signature, {name: values[index] for name, values in inputs.items()},
-                                             request, index))
+            self._queue.put_nowait(
+                _Sentence(signature, {name: values[index] for name, values in inputs.items()}, request, index)
+            )
         return await request.future
 
     async def _loop(self):
@@ -138,8 +139,7 @@ class Batcher(_Counted):
             pool, deadline = [first], asyncio.get_running_loop().time() + self.timeout_s
             while len(pool) < self.max_batch_size:
                 try:
-                    sentence = await asyncio.wait_for(self._queue.get(),
-                                                      deadline - asyncio.get_running_loop().time())
+                    sentence = await asyncio.wait_for(self._queue.get(), deadline - asyncio.get_running_loop().time())
                 except TimeoutError:
                     break
                 if sentence is None:
@@ -176,8 +176,11 @@ class Batcher(_Counted):
             outputs = await loop.run_in_executor(self._worker, self._model.run, signature, inputs)
         except Exception as error:  # a failed batch fails the guilty requests only, never the server
             if len(batch) > 1:
-                logger.warning("decoding a batch of %d failed (%s); decoding its sentences one at a time",
-                               len(batch), _one_line(error))
+                logger.warning(
+                    "decoding a batch of %d failed (%s); decoding its sentences one at a time",
+                    len(batch),
+                    _one_line(error),
+                )
                 for sentence in batch:
                     if not sentence.request.future.done():  # a request with a failed sentence has failed
                         await self._decode_batch([sentence])

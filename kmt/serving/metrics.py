@@ -42,31 +42,47 @@ class Metrics:
         self.batch_count += 1
 
     def render(self, queue_depth, ready):
-        lines = ["# HELP kmt_requests_total Requests by route and HTTP status (499: the client went away first).",
-                 "# TYPE kmt_requests_total counter"]
-        lines += [f'kmt_requests_total{{route="{route}",code="{code}"}} {count}'
-                  for (route, code), count in sorted(self.requests.items())]
-        lines += ["# HELP kmt_request_latency_seconds Latency of the model routes' requests (quantiles over the "
-                  f"last {self.latencies.maxlen}).", "# TYPE kmt_request_latency_seconds summary"]
+        lines = [
+            "# HELP kmt_requests_total Requests by route and HTTP status (499: the client went away first).",
+            "# TYPE kmt_requests_total counter",
+        ]
+        lines += [
+            f'kmt_requests_total{{route="{route}",code="{code}"}} {count}'
+            for (route, code), count in sorted(self.requests.items())
+        ]
+        lines += [
+            "# HELP kmt_request_latency_seconds Latency of the model routes' requests (quantiles over the "
+            f"last {self.latencies.maxlen}).",
+            "# TYPE kmt_request_latency_seconds summary",
+        ]
         ordered = sorted(self.latencies)
         for q in QUANTILES:
             value = ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
             lines.append(f'kmt_request_latency_seconds{{quantile="{q}"}} {value:.6f}')
-        lines += [f"kmt_request_latency_seconds_sum {self.latency_sum:.6f}",
-                  f"kmt_request_latency_seconds_count {self.latency_count}",
-                  "# HELP kmt_batch_size Sentences per decoded batch.", "# TYPE kmt_batch_size histogram"]
+        lines += [
+            f"kmt_request_latency_seconds_sum {self.latency_sum:.6f}",
+            f"kmt_request_latency_seconds_count {self.latency_count}",
+            "# HELP kmt_batch_size Sentences per decoded batch.",
+            "# TYPE kmt_batch_size histogram",
+        ]
         cumulative = 0
         for bound, count in zip(self.bucket_bounds, self.batch_buckets):
             cumulative += count
             lines.append(f'kmt_batch_size_bucket{{le="{bound}"}} {cumulative}')
-        lines += [f'kmt_batch_size_bucket{{le="+Inf"}} {self.batch_count}', f"kmt_batch_size_sum {self.batch_sum}",
-                  f"kmt_batch_size_count {self.batch_count}",
-                  "# HELP kmt_sentences_total Sentences decoded.", "# TYPE kmt_sentences_total counter",
-                  f"kmt_sentences_total {self.batch_sum}",
-                  "# HELP kmt_queue_depth Sentences accepted and not yet answered.", "# TYPE kmt_queue_depth gauge",
-                  f"kmt_queue_depth {queue_depth}",
-                  "# HELP kmt_ready 1 once the model is loaded and warmed.", "# TYPE kmt_ready gauge",
-                  f"kmt_ready {int(ready)}"]
+        lines += [
+            f'kmt_batch_size_bucket{{le="+Inf"}} {self.batch_count}',
+            f"kmt_batch_size_sum {self.batch_sum}",
+            f"kmt_batch_size_count {self.batch_count}",
+            "# HELP kmt_sentences_total Sentences decoded.",
+            "# TYPE kmt_sentences_total counter",
+            f"kmt_sentences_total {self.batch_sum}",
+            "# HELP kmt_queue_depth Sentences accepted and not yet answered.",
+            "# TYPE kmt_queue_depth gauge",
+            f"kmt_queue_depth {queue_depth}",
+            "# HELP kmt_ready 1 once the model is loaded and warmed.",
+            "# TYPE kmt_ready gauge",
+            f"kmt_ready {int(ready)}",
+        ]
         return "\n".join(lines) + "\n"
 
 

@@ -11,7 +11,6 @@ import dataclasses
 from pathlib import Path
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Tensor:
     """One input or output of a signature, as TensorFlow Serving's metadata describes it."""
@@ -45,8 +44,9 @@ def load_model(path):
 
     # The server's batcher makes the batches (--max-batch-size): one call of the translator decodes one.
     translator = load_translator(path, batch_size=BATCH_SIZE)
-    return SavedModelRunner(translator) if isinstance(translator, SavedModelTranslator) else \
-        TranslatorRunner(translator)
+    return (
+        SavedModelRunner(translator) if isinstance(translator, SavedModelTranslator) else TranslatorRunner(translator)
+    )
 
 
 BATCH_SIZE = 1024  # most sentences one `run` decodes together
@@ -59,9 +59,13 @@ class TranslatorRunner:
 
     def __init__(self, translator):
         self._translator = translator
-        text = Signature(inputs={"text": Tensor("DT_STRING", (-1,), "text")},
-                         outputs={"score": Tensor("DT_FLOAT", (-1,), "score"),
-                                  "translation": Tensor("DT_STRING", (-1,), "translation")})
+        text = Signature(
+            inputs={"text": Tensor("DT_STRING", (-1,), "text")},
+            outputs={
+                "score": Tensor("DT_FLOAT", (-1,), "score"),
+                "translation": Tensor("DT_STRING", (-1,), "translation"),
+            },
+        )
         self.signatures = {"serving_default": text, "translate": text}
 
     def run(self, signature, inputs):
@@ -100,13 +104,19 @@ def _signatures(saved_model_pb, names):
     graph = saved_model_pb2.SavedModel.FromString(saved_model_pb.read_bytes()).meta_graphs[0]
 
     def tensors(infos):
-        return {key: Tensor(types_pb2.DataType.Name(info.dtype),
-                            None if info.tensor_shape.unknown_rank else tuple(d.size for d in info.tensor_shape.dim),
-                            info.name)
-                for key, info in sorted(infos.items())}
+        return {
+            key: Tensor(
+                types_pb2.DataType.Name(info.dtype),
+                None if info.tensor_shape.unknown_rank else tuple(d.size for d in info.tensor_shape.dim),
+                info.name,
+            )
+            for key, info in sorted(infos.items())
+        }
 
-    return {name: Signature(tensors(graph.signature_def[name].inputs), tensors(graph.signature_def[name].outputs))
-            for name in names}
+    return {
+        name: Signature(tensors(graph.signature_def[name].inputs), tensors(graph.signature_def[name].outputs))
+        for name in names
+    }
 
 
 def _python(value):

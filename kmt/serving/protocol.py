@@ -58,8 +58,9 @@ def parse_predict(body, signatures):
     if unknown:
         raise RequestError(400, f"unknown request fields: {', '.join(sorted(unknown))}")
     if ("instances" in body) == ("inputs" in body):
-        raise RequestError(400, "the request must hold exactly one of 'instances' (row format) or 'inputs' "
-                                "(columnar format)")
+        raise RequestError(
+            400, "the request must hold exactly one of 'instances' (row format) or 'inputs' (columnar format)"
+        )
     names = tuple(signatures[name].inputs)
     if "instances" in body:
         return name, _rows(body["instances"], names), "row"
@@ -70,8 +71,11 @@ def parse_translate(body):
     """The sentences of a `/translate` request, `{"text": [str, ...]}`."""
     unknown = set(body) - {"text"}
     if unknown or "text" not in body:
-        raise RequestError(400, "a /translate request is {\"text\": [sentences]}"
-                                + (f"; unknown fields: {', '.join(sorted(unknown))}" if unknown else ""))
+        raise RequestError(
+            400,
+            'a /translate request is {"text": [sentences]}'
+            + (f"; unknown fields: {', '.join(sorted(unknown))}" if unknown else ""),
+        )
     return _strings(body["text"], "text")
 
 
@@ -89,15 +93,24 @@ def metadata_response(model_name, version, signatures):
 
     def tensor_info(tensor):
         dims = [{"size": str(size), "name": ""} for size in tensor.shape or ()]
-        return {"dtype": tensor.dtype, "tensor_shape": {"dim": dims, "unknown_rank": tensor.shape is None},
-                "name": tensor.name}
+        return {
+            "dtype": tensor.dtype,
+            "tensor_shape": {"dim": dims, "unknown_rank": tensor.shape is None},
+            "name": tensor.name,
+        }
 
-    defs = {name: {"inputs": {key: tensor_info(t) for key, t in signature.inputs.items()},
-                   "outputs": {key: tensor_info(t) for key, t in signature.outputs.items()},
-                   "method_name": "tensorflow/serving/predict"}
-            for name, signature in sorted(signatures.items())}
-    return {"model_spec": {"name": model_name, "signature_name": "", "version": version},
-            "metadata": {"signature_def": {"signature_def": defs}}}
+    defs = {
+        name: {
+            "inputs": {key: tensor_info(t) for key, t in signature.inputs.items()},
+            "outputs": {key: tensor_info(t) for key, t in signature.outputs.items()},
+            "method_name": "tensorflow/serving/predict",
+        }
+        for name, signature in sorted(signatures.items())
+    }
+    return {
+        "model_spec": {"name": model_name, "signature_name": "", "version": version},
+        "metadata": {"signature_def": {"signature_def": defs}},
+    }
 
 
 def _rows(instances, names):
@@ -109,8 +122,9 @@ def _rows(instances, names):
             instance = {names[0]: instance}
         if not isinstance(instance, dict) or set(instance) != set(names):
             shown = sorted(instance) if isinstance(instance, dict) else type(instance).__name__
-            raise RequestError(400, f"instances[{i}] must be an object with the inputs {', '.join(names)}. "
-                                    f"Received: {shown}")
+            raise RequestError(
+                400, f"instances[{i}] must be an object with the inputs {', '.join(names)}. Received: {shown}"
+            )
         for key in names:
             columns[key].append(_string(instance[key], f"instances[{i}].{key}"))
     return columns
@@ -142,6 +156,9 @@ def _string(value, where):
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as error:
-        raise RequestError(400, f"{where} is not valid text: character {error.start} is a lone surrogate "
-                                f"(U+{ord(value[error.start]):04X}), which UTF-8 cannot encode") from None
+        raise RequestError(
+            400,
+            f"{where} is not valid text: character {error.start} is a lone surrogate "
+            f"(U+{ord(value[error.start]):04X}), which UTF-8 cannot encode",
+        ) from None
     return unicodedata.normalize("NFC", value)

@@ -60,7 +60,11 @@ class EarlyStopping(keras.callbacks.Callback):
         if best:
             logger.info(
                 "early stopping after epoch %d: %s has not improved for %s (best %.4g at epoch %d)",
-                epoch + 1, self.monitor, _epochs(epoch + 1 - best["epoch"]), best["value"], best["epoch"],
+                epoch + 1,
+                self.monitor,
+                _epochs(epoch + 1 - best["epoch"]),
+                best["value"],
+                best["epoch"],
             )
             self.model.stop_training = True
 
@@ -110,8 +114,10 @@ class TimeBudget(keras.callbacks.Callback):
         self._durations.append((logs or {}).get("epoch_seconds", 0.0))
         if self._spent(self._durations):
             logger.info(
-                "time budget: stopping after epoch %d, %.1f of %.1f minutes spent", epoch + 1,
-                sum(self._durations) / 60, self.max_seconds / 60,
+                "time budget: stopping after epoch %d, %.1f of %.1f minutes spent",
+                epoch + 1,
+                sum(self._durations) / 60,
+                self.max_seconds / 60,
             )
             self.model.stop_training = True
 
@@ -136,8 +142,13 @@ class LateDropout(keras.callbacks.Callback):
             return
         count = self.model.set_residual_dropout(self.rate)
         self.model.make_train_function(force=True)
-        logger.info("late dropout: residual and embedding dropout %g -> %g from epoch %d (%d layers)", before,
-                    self.rate, epoch + 1, count)
+        logger.info(
+            "late dropout: residual and embedding dropout %g -> %g from epoch %d (%d layers)",
+            before,
+            self.rate,
+            epoch + 1,
+            count,
+        )
 
 
 class DeferredInterrupt(keras.callbacks.Callback):

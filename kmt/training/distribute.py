@@ -30,8 +30,11 @@ logger = logging.getLogger(__name__)
 
 MODES = ("none", "mirrored", "multi_worker")
 # keras.distribution.initialize's own variables, read when trainer.coordinator/num_processes/process_id are unset
-ENVIRONMENT = {"coordinator": "KERAS_DISTRIBUTION_JOB_ADDRESSES", "num_processes": "KERAS_DISTRIBUTION_NUM_PROCESSES",
-               "process_id": "KERAS_DISTRIBUTION_PROCESS_ID"}
+ENVIRONMENT = {
+    "coordinator": "KERAS_DISTRIBUTION_JOB_ADDRESSES",
+    "num_processes": "KERAS_DISTRIBUTION_NUM_PROCESSES",
+    "process_id": "KERAS_DISTRIBUTION_PROCESS_ID",
+}
 
 
 @dataclass
@@ -78,28 +81,38 @@ def check(cfg):
     if mode == "none":
         return
     if backend not in ("tensorflow", "jax"):
-        raise ConfigError(f"trainer.distribute={mode} is not available under the {backend} backend (Keras 3 "
-                          "distributes under TensorFlow and JAX); run with KERAS_BACKEND=jax")
+        raise ConfigError(
+            f"trainer.distribute={mode} is not available under the {backend} backend (Keras 3 "
+            "distributes under TensorFlow and JAX); run with KERAS_BACKEND=jax"
+        )
     if mode != "multi_worker":
         return
     if backend == "tensorflow":
-        raise ConfigError("trainer.distribute=multi_worker does not run under TensorFlow: Keras 3's model.fit fails "
-                          "under MultiWorkerMirroredStrategy (keras-team/keras#20585); run every worker with "
-                          "KERAS_BACKEND=jax (docs/scaling.md)")
+        raise ConfigError(
+            "trainer.distribute=multi_worker does not run under TensorFlow: Keras 3's model.fit fails "
+            "under MultiWorkerMirroredStrategy (keras-team/keras#20585); run every worker with "
+            "KERAS_BACKEND=jax (docs/scaling.md)"
+        )
     coordinator, processes, index = cluster(cfg)
     if None in (coordinator, processes, index):
-        raise ConfigError("trainer.distribute=multi_worker needs its cluster: set trainer.coordinator=HOST:PORT, "
-                          "trainer.num_processes=N and trainer.process_id=I (or KERAS_DISTRIBUTION_JOB_ADDRESSES, "
-                          "KERAS_DISTRIBUTION_NUM_PROCESSES and KERAS_DISTRIBUTION_PROCESS_ID)")
+        raise ConfigError(
+            "trainer.distribute=multi_worker needs its cluster: set trainer.coordinator=HOST:PORT, "
+            "trainer.num_processes=N and trainer.process_id=I (or KERAS_DISTRIBUTION_JOB_ADDRESSES, "
+            "KERAS_DISTRIBUTION_NUM_PROCESSES and KERAS_DISTRIBUTION_PROCESS_ID)"
+        )
     if not 0 <= index < processes:
         raise ConfigError(f"trainer.process_id must be in [0, {processes}) (trainer.num_processes). Received: {index}")
     if cfg.data.name != "prepared":
-        raise ConfigError("trainer.distribute=multi_worker trains from prepared data: run kmt-prepare once and give "
-                          "every worker data=prepared data.path=DIR")
+        raise ConfigError(
+            "trainer.distribute=multi_worker trains from prepared data: run kmt-prepare once and give "
+            "every worker data=prepared data.path=DIR"
+        )
     for key in ("patience", "max_minutes"):
         if cfg.trainer[key]:
-            raise ConfigError(f"trainer.{key} is not available with trainer.distribute=multi_worker: each worker "
-                              "would decide alone when to stop")
+            raise ConfigError(
+                f"trainer.{key} is not available with trainer.distribute=multi_worker: each worker "
+                "would decide alone when to stop"
+            )
 
 
 def place(cfg):
@@ -121,9 +134,15 @@ def place(cfg):
         devices = keras.distribution.list_devices()
         distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
         placement = Placement(mode, len(devices), jax.process_count(), jax.process_index(), distribution)
-    logger.info("data parallel (trainer.distribute=%s): %d device%s in %d process%s%s", mode, placement.replicas,
-                "s" if placement.replicas > 1 else "", placement.processes, "es" if placement.processes > 1 else "",
-                f", this is process {placement.index}" if placement.processes > 1 else "")
+    logger.info(
+        "data parallel (trainer.distribute=%s): %d device%s in %d process%s%s",
+        mode,
+        placement.replicas,
+        "s" if placement.replicas > 1 else "",
+        placement.processes,
+        "es" if placement.processes > 1 else "",
+        f", this is process {placement.index}" if placement.processes > 1 else "",
+    )
     if placement.replicas == 1:
         logger.warning("trainer.distribute=%s found one device: training as trainer.distribute=none would", mode)
     return placement

@@ -47,8 +47,9 @@ def finish(cfg, prepared, fitted):
         write_atomically(run.checkpoints.averaged(len(paths)), p.model.save_weights)
     if p.decoder is not p.model:
         p.decoder.set_weights(p.model.get_weights())
-    translator = KerasTranslator(p.decoder, p.vocabularies, SearchSettings.from_config(cfg.decode),
-                                 batch_size=cfg.decode.batch_size)
+    translator = KerasTranslator(
+        p.decoder, p.vocabularies, SearchSettings.from_config(cfg.decode), batch_size=cfg.decode.batch_size
+    )
 
     train = train_stats(p.epoch, fitted, p.updates_per_epoch, p.model, steps)
     train["averaged_checkpoints"] = max(1, min(cfg.trainer.average_last, len(run.checkpoints.epochs())))
@@ -56,10 +57,12 @@ def finish(cfg, prepared, fitted):
     metrics = {"train": train}
     for name in ("val", "test"):
         if name in p.texts:
-            metrics[name] = evaluate_split(p.model, translator, evaluation_data(name), p.texts[name],
-                                           tokenized=cfg.data.tokenized)
-            logger.info("%s: %s", name, ", ".join(f"{k} {v:.4g}" for k, v in metrics[name].items()
-                                                   if isinstance(v, float)))
+            metrics[name] = evaluate_split(
+                p.model, translator, evaluation_data(name), p.texts[name], tokenized=cfg.data.tokenized
+            )
+            logger.info(
+                "%s: %s", name, ", ".join(f"{k} {v:.4g}" for k, v in metrics[name].items() if isinstance(v, float))
+            )
     if cfg.trainer.export and (size := export(cfg, p, run)) is not None:
         metrics["export"] = {"path": run.export.name, "bytes": size}
     write_atomically(run.metrics, json.dumps(metrics, indent=2) + "\n")
@@ -91,21 +94,28 @@ def export(cfg, prepared, run):
     from kmt.inference.exporters import exporter, search_settings
 
     if keras.backend.backend() == "tensorflow":
-        exporter("savedmodel").export([prepared.decoder], prepared.vocabularies, search_settings(cfg.decode),
-                                      run.export)
+        exporter("savedmodel").export(
+            [prepared.decoder], prepared.vocabularies, search_settings(cfg.decode), run.export
+        )
         return _size(run.export)
     average = cfg.trainer.average_last if cfg.trainer.average_last > 1 else None
     command = f"kmt-export {run.root}" + (f" --average {average}" if average else "")
     if importlib.util.find_spec("tensorflow") is None:
-        logger.warning("no SavedModel: it needs TensorFlow, which is not installed here; run `%s` where TensorFlow "
-                       "is installed to make it", command)
+        logger.warning(
+            "no SavedModel: it needs TensorFlow, which is not installed here; run `%s` where TensorFlow "
+            "is installed to make it",
+            command,
+        )
         return None
     try:
         in_tensorflow_process(_export_run, str(run.root), average)
     except Exception as error:  # noqa: BLE001 (any failure there leaves the run as it is, saying what to run)
         lines = str(error).strip().splitlines()
-        logger.warning("no SavedModel: exporting under TensorFlow failed (%s); run `%s` where TensorFlow works",
-                       lines[-1] if lines else type(error).__name__, command)
+        logger.warning(
+            "no SavedModel: exporting under TensorFlow failed (%s); run `%s` where TensorFlow works",
+            lines[-1] if lines else type(error).__name__,
+            command,
+        )
         return None
     logger.info("exported the SavedModel to %s (under TensorFlow, in a process of its own)", run.export)
     return _size(run.export)

@@ -40,8 +40,9 @@ def fit(cfg, prepared):
     """Trains `prepared.model` for the rest of `trainer.epochs`. Ctrl-C, SIGTERM or SIGHUP save the weights of the
     moment and raise `Interrupted`; a resumed run with no patience or time left trains nothing and goes on."""
     p = prepared
-    callbacks, stats = build_callbacks(cfg, p.run, p.epoch.target_tokens, validation_bleu(cfg, p),
-                                       chief=p.placement.chief)
+    callbacks, stats = build_callbacks(
+        cfg, p.run, p.epoch.target_tokens, validation_bleu(cfg, p), chief=p.placement.chief
+    )
     interrupt = DeferredInterrupt()  # last: an epoch's backup is written before Ctrl-C is acted on
     started, history = time.perf_counter(), None
     try:
@@ -69,7 +70,8 @@ def fit(cfg, prepared):
         logger.warning(
             "the run stopped after %d of the %d updates its cool-down (optim.cooldown) was planned for, so the "
             "learning rate did not cool down; lower trainer.epochs to what trainer.max_minutes holds",
-            updates, p.total_steps,
+            updates,
+            p.total_steps,
         )
     run_seconds = draw_curves(cfg, p.run) if p.placement.chief else None
     losses = history.history.get("loss", []) if history else []
@@ -92,8 +94,9 @@ def build_callbacks(cfg, run, tokens_per_epoch, val_bleu=None, chief=True):
     stats = TrainingStats(tokens_per_epoch)
     if not chief:
         scratch = scratch_dir()
-        backup = AtomicBackupAndRestore(run.checkpoints.backup, cfg.optim.gradient_accumulation_steps,
-                                        save_to=scratch / "backup.weights.h5")
+        backup = AtomicBackupAndRestore(
+            run.checkpoints.backup, cfg.optim.gradient_accumulation_steps, save_to=scratch / "backup.weights.h5"
+        )
         checkpoint = EpochCheckpoint(scratch, keep=1, monitor=cfg.trainer.monitor)  # in the chief's order
         return [keras.callbacks.TerminateOnNaN(), *([val_bleu] if val_bleu else []), stats, checkpoint, backup], stats
     run.logs.mkdir(parents=True, exist_ok=True)
@@ -109,8 +112,9 @@ def build_callbacks(cfg, run, tokens_per_epoch, val_bleu=None, chief=True):
         AtomicBackupAndRestore(run.checkpoints.backup, batches_per_update=cfg.optim.gradient_accumulation_steps),
         # config.yaml (what kmt-export rebuilds the model from) once the resume state has accepted this config, so
         # a resume refused for a changed setting leaves the run's record as it was
-        keras.callbacks.LambdaCallback(on_train_begin=lambda logs: write_atomically(
-            run.config, OmegaConf.to_yaml(cfg, resolve=True))),
+        keras.callbacks.LambdaCallback(
+            on_train_begin=lambda logs: write_atomically(run.config, OmegaConf.to_yaml(cfg, resolve=True))
+        ),
     ]
     if cfg.trainer.patience:  # after the checkpoint, which records the best epoch
         callbacks.append(EarlyStopping(run.checkpoints.directory, cfg.trainer.monitor, cfg.trainer.patience))
@@ -145,11 +149,16 @@ def validation_bleu(cfg, prepared):
     """With `trainer.val_bleu`, a `ValidationBLEU` that translates val greedily with the float32 decoder; else None."""
     if not cfg.trainer.val_bleu:
         return None
-    greedy = KerasTranslator(prepared.decoder, prepared.vocabularies, SearchSettings.from_config(cfg.decode).greedy(),
-                             batch_size=cfg.decode.batch_size)
+    greedy = KerasTranslator(
+        prepared.decoder,
+        prepared.vocabularies,
+        SearchSettings.from_config(cfg.decode).greedy(),
+        batch_size=cfg.decode.batch_size,
+    )
     val = prepared.texts["val"]
-    return ValidationBLEU(greedy.translate,
-                          val.source, val.target, decoder=prepared.decoder, tokenized=cfg.data.tokenized)
+    return ValidationBLEU(
+        greedy.translate, val.source, val.target, decoder=prepared.decoder, tokenized=cfg.data.tokenized
+    )
 
 
 def draw_curves(cfg, run):
@@ -158,8 +167,9 @@ def draw_curves(cfg, run):
     if not run.history.exists():
         return None
     history = read_history(run.root)
-    logger.info("learning curves: %s", plot_curves({run.root.name: history}, run.curves,
-                                                   title=curves_title(cfg.name, run.root)))
+    logger.info(
+        "learning curves: %s", plot_curves({run.root.name: history}, run.curves, title=curves_title(cfg.name, run.root))
+    )
     return sum(seconds or 0.0 for seconds in history.get("epoch_seconds", []))
 
 

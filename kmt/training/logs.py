@@ -70,8 +70,13 @@ class ValidationBLEU(keras.callbacks.Callback):
             self.decoder.set_weights(self.model.get_weights())
         translations = self.translate(self.sources)
         logs["val_bleu"] = sacre_scores(translations, self.references, self.tokenized)["bleu"]
-        logger.info("epoch %d: val_bleu %.2f (%d sentences translated in %.1f s)", epoch + 1, logs["val_bleu"],
-                    len(self.sources), time.perf_counter() - started)
+        logger.info(
+            "epoch %d: val_bleu %.2f (%d sentences translated in %.1f s)",
+            epoch + 1,
+            logs["val_bleu"],
+            len(self.sources),
+            time.perf_counter() - started,
+        )
 
 
 class HistoryCSV(keras.callbacks.Callback):

@@ -42,8 +42,17 @@ class Resolved:
 
 def run_config(cfg, resolved):
     """The config a run trained with: `cfg` with what the run `resolved`, read-only (`config.yaml` records it)."""
-    merged = OmegaConf.merge(cfg, {"trainer": {"precision": resolved.precision, "jit_compile": resolved.jit_compile,
-                                               "verbose": resolved.verbose}, "data": resolved.data})
+    merged = OmegaConf.merge(
+        cfg,
+        {
+            "trainer": {
+                "precision": resolved.precision,
+                "jit_compile": resolved.jit_compile,
+                "verbose": resolved.verbose,
+            },
+            "data": resolved.data,
+        },
+    )
     OmegaConf.set_readonly(merged, True)
     return merged
 
@@ -79,12 +88,18 @@ def prepare(cfg, run_dir, verbose=None):
     backend.keep_tensorflow_out()
     placement = place(cfg)  # first: a JAX process joins its cluster before it computes anything
     keras.utils.set_random_seed(cfg.seed)
-    resolved = Resolved(backend.resolve_precision(cfg.trainer.precision),
-                        backend.resolve_jit_compile(cfg.trainer.jit_compile),
-                        cfg.trainer.verbose if verbose is None else verbose)
+    resolved = Resolved(
+        backend.resolve_precision(cfg.trainer.precision),
+        backend.resolve_jit_compile(cfg.trainer.jit_compile),
+        cfg.trainer.verbose if verbose is None else verbose,
+    )
     keras.config.set_dtype_policy(resolved.precision)
-    logger.info("Keras %s backend, %s, XLA %s", backend.name(), cfg.trainer.precision,
-                "on" if cfg.trainer.jit_compile else "off")
+    logger.info(
+        "Keras %s backend, %s, XLA %s",
+        backend.name(),
+        cfg.trainer.precision,
+        "on" if cfg.trainer.jit_compile else "off",
+    )
     run = RunDir(run_dir)
     resuming = run.checkpoints.resumable
     # A resume state that does not read stops here, before any data loads, saying what to do.
@@ -106,8 +121,16 @@ def prepare(cfg, run_dir, verbose=None):
 
     def batcher(split, local=False, **options):
         spread = {} if local else {"replicas": placement.replicas, "shard": (placement.index, placement.processes)}
-        return Batcher(split, cfg.model.max_length, cfg.data.max_tokens, cfg.data.batch_size, cfg.data.bucket_width,
-                       fixed_shapes, **options, **spread)
+        return Batcher(
+            split,
+            cfg.model.max_length,
+            cfg.data.max_tokens,
+            cfg.data.batch_size,
+            cfg.data.bucket_width,
+            fixed_shapes,
+            **options,
+            **spread,
+        )
 
     train_batches = batcher(train, seed=cfg.seed, sampling=subword_sampling(cfg, train, vocabularies))
     accumulation = cfg.optim.gradient_accumulation_steps
@@ -117,11 +140,15 @@ def prepare(cfg, run_dir, verbose=None):
     if cfg.data.subword_sampling:
         logger.info(
             "subword sampling (alpha %g): a pass draws %.1f%% more target tokens than the best segmentation",
-            cfg.data.subword_sampling, 100 * (train_batches.epoch_rows.target_tokens / train.target_tokens - 1),
+            cfg.data.subword_sampling,
+            100 * (train_batches.epoch_rows.target_tokens / train.target_tokens - 1),
         )
     if epochs_done:
-        logger.info("resuming the training stream after the %d batches of epochs 1-%d (passing over them first)",
-                    epochs_done * steps_per_epoch, epochs_done)
+        logger.info(
+            "resuming the training stream after the %d batches of epochs 1-%d (passing over them first)",
+            epochs_done * steps_per_epoch,
+            epochs_done,
+        )
     train_data = keras_data(train_batches, skip=epochs_done * steps_per_epoch)
 
     def evaluation_data(name, local=False):
@@ -137,8 +164,10 @@ def prepare(cfg, run_dir, verbose=None):
     with placement.scope():
         model = build()
     logger.info(
-        "model: %s parameters; %d training pairs, %d steps an epoch%s", f"{model.count_params():,}",
-        len(train), steps_per_epoch,
+        "model: %s parameters; %d training pairs, %d steps an epoch%s",
+        f"{model.count_params():,}",
+        len(train),
+        steps_per_epoch,
         f" ({updates_per_epoch} updates of {accumulation} batches each)" if accumulation > 1 else "",
     )
     if init_weights is not None:
@@ -149,9 +178,25 @@ def prepare(cfg, run_dir, verbose=None):
     # A distributed model's variables are spread over devices: the decoder is a copy on this process alone.
     own = cfg.trainer.precision == "float32" and not placement.distributed
     decoder = model if own else build_model(cfg.model, *sizes, "float32")
-    return Prepared(cfg, run, data, vocabularies, texts, train_batches.epoch_rows, train_data, evaluation_data("val"),
-                    evaluation_data, steps_per_epoch, updates_per_epoch, total_steps, schedule, model, decoder,
-                    placement, build)
+    return Prepared(
+        cfg,
+        run,
+        data,
+        vocabularies,
+        texts,
+        train_batches.epoch_rows,
+        train_data,
+        evaluation_data("val"),
+        evaluation_data,
+        steps_per_epoch,
+        updates_per_epoch,
+        total_steps,
+        schedule,
+        model,
+        decoder,
+        placement,
+        build,
+    )
 
 
 def prepared_data(cfg, run, init_run=None, writes=True):
@@ -164,13 +209,17 @@ def prepared_data(cfg, run, init_run=None, writes=True):
     if cfg.data.name == "prepared":
         data = PreparedData(cfg.data.path)
         if data.max_length != cfg.model.max_length:
-            raise ConfigError(f"data.path={cfg.data.path} was prepared with model.max_length={data.max_length}; "
-                              f"set model.max_length={data.max_length} (it is {cfg.model.max_length}) or prepare "
-                              "again")
+            raise ConfigError(
+                f"data.path={cfg.data.path} was prepared with model.max_length={data.max_length}; "
+                f"set model.max_length={data.max_length} (it is {cfg.model.max_length}) or prepare "
+                "again"
+            )
         if given is not None and not given.same_as(data.vocabularies):
             whose = "this run's tokenizer/" if own else f"the vocabulary of {init_run} (trainer.init_from)"
-            raise ConfigError(f"data.path={cfg.data.path} holds another vocabulary than {whose}; prepare it with "
-                              f"data.vocabulary={run.tokenizer if own else init_run}")
+            raise ConfigError(
+                f"data.path={cfg.data.path} holds another vocabulary than {whose}; prepare it with "
+                f"data.vocabulary={run.tokenizer if own else init_run}"
+            )
     else:
         if given is not None and not own:
             logger.info("using the vocabulary of %s (data.tokenizer is not used)", init_run)
@@ -190,8 +239,9 @@ def inherited_data_settings(data_cfg, prepared_data_cfg):
     """`data=prepared` replaces the corpus's data option (`data/multi30k.yaml`): its batching settings are null
     there (`conf/data/prepared.yaml`) and come from the config the data was prepared with, unless set
     (`data.max_tokens=...`). `data.tokenized` (how BLEU is computed) always comes from there."""
-    inherited = {key: prepared_data_cfg[key] for key in DATA_SETTINGS
-                 if data_cfg[key] is None and key in prepared_data_cfg}
+    inherited = {
+        key: prepared_data_cfg[key] for key in DATA_SETTINGS if data_cfg[key] is None and key in prepared_data_cfg
+    }
     return inherited | {"tokenized": prepared_data_cfg.get("tokenized", False)}
 
 
@@ -200,8 +250,12 @@ def subword_sampling(cfg, train, vocabularies):
     if not cfg.data.subword_sampling:
         return None
     text = train.text()
-    return (vocabularies, cfg.data.subword_sampling, [text.source[i] for i in text.kept],
-            [text.target[i] for i in text.kept])
+    return (
+        vocabularies,
+        cfg.data.subword_sampling,
+        [text.source[i] for i in text.kept],
+        [text.target[i] for i in text.kept],
+    )
 
 
 def log_schedule(schedule, total_steps):
@@ -219,6 +273,7 @@ def _load_init_weights(model, path):
     try:
         load_weights(model, path)
     except ValueError as error:
-        raise KmtError(f"trainer.init_from: {path} does not load into this model "
-                       f"({str(error).splitlines()[0]})") from None
+        raise KmtError(
+            f"trainer.init_from: {path} does not load into this model ({str(error).splitlines()[0]})"
+        ) from None
     logger.info("fine-tuning from %s; the optimizer and learning-rate schedule start afresh", path)

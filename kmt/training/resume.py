@@ -55,10 +55,19 @@ class AtomicBackupAndRestore(BackupAndRestore):
             write_atomically(self.save_to, self.model.save_weights)
             return
         write_atomically(self.weights_path, self.model.save_weights)
-        write_atomically(self.metadata_path, json.dumps({
-            "epoch": self.current_epoch, "batch": 0, "batches_per_update": self.batches_per_update,
-            "seed_states": [keras.ops.convert_to_numpy(v).tolist() for v in seed_states(self.model)],
-        }, indent=2) + "\n")
+        write_atomically(
+            self.metadata_path,
+            json.dumps(
+                {
+                    "epoch": self.current_epoch,
+                    "batch": 0,
+                    "batches_per_update": self.batches_per_update,
+                    "seed_states": [keras.ops.convert_to_numpy(v).tolist() for v in seed_states(self.model)],
+                },
+                indent=2,
+            )
+            + "\n",
+        )
 
     def on_train_begin(self, logs=None):
         resume_state = Checkpoints(Path(self.backup_dir).parent).resume_state()  # one line if it does not read
@@ -93,8 +102,7 @@ class AtomicBackupAndRestore(BackupAndRestore):
         variables = seed_states(self.model)
         if states is None or len(states) != len(variables):
             # a backup from before kmt kept them, or a model with other dropout layers (model.*_word_dropout)
-            logger.warning("the resume state holds no random state for these dropout layers: their masks start "
-                           "afresh")
+            logger.warning("the resume state holds no random state for these dropout layers: their masks start afresh")
             return
         for variable, state in zip(variables, states):
             variable.assign(keras.ops.convert_to_tensor(state, dtype=variable.dtype))
