@@ -130,7 +130,9 @@ def recipe_model(cfg, vocabularies, total_steps):
 
     keras.config.set_dtype_policy(cfg.trainer.precision)
     model = build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size)
-    return compile_model(model, cfg, build_schedule(cfg.optim, cfg.model.hidden_dim, total_steps))
+    return compile_model(
+        model, cfg.optim, build_schedule(cfg.optim, cfg.model.hidden_dim, total_steps), cfg.trainer.jit_compile
+    )
 
 
 def recipe_steps(cfg, train, steps):

@@ -103,7 +103,7 @@ def throughput(args, workdir):
 
     cfg = recipe_config(args.experiment, args.overrides)
     keras.utils.set_random_seed(cfg.seed)  # before the tokenizer: TF's seed reset drops SentencePiece resources
-    prepared = prepare_data(cfg, workdir / "throughput")
+    prepared = prepare_data(cfg.data, cfg.model, workdir / "throughput", OmegaConf.to_yaml(cfg, resolve=True))
     vocabularies, shards, max_length = prepared.vocabularies, prepared.split("train"), cfg.model.max_length
     encoded = encode_split("train", load_corpus(cfg.data)["train"], vocabularies, max_length)
     if len(encoded) != len(shards):
@@ -118,7 +118,7 @@ def throughput(args, workdir):
     for variant, c in variants.items():
         alpha = c.data.subword_sampling
         epoch = resample(encoded, vocabularies, max_length, alpha, c.seed) if alpha else encoded
-        sampling = subword_sampling(c, shards, vocabularies)
+        sampling = subword_sampling(alpha, shards, vocabularies)
 
         def today():
             resegment = subword_sampler(vocabularies, alpha, c.seed) if alpha else None

@@ -42,6 +42,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)  # before Keras is imported (seconds): --help and usage errors answer at once
     import keras
+    from omegaconf import OmegaConf
 
     from kmt import backend
     from kmt.data.batches import Batcher
@@ -51,13 +52,13 @@ def main(argv=None):
     cfg = recipe_config(args.experiment, args.overrides)
     keras.utils.set_random_seed(cfg.seed)  # as kmt-train, before the tokenizer
     with tempfile.TemporaryDirectory(prefix="kmt_bench_resume_") as workdir:
-        prepared = prepare_data(cfg, workdir)
+        prepared = prepare_data(cfg.data, cfg.model, workdir, OmegaConf.to_yaml(cfg, resolve=True))
         train, vocabularies = prepared.split("train"), prepared.vocabularies
         fixed_shapes = cfg.data.pad_to_bucket or backend.resolve_jit_compile(cfg.trainer.jit_compile)
         samplings = {"best segmentation": None}
         if cfg.data.subword_sampling:
             samplings[f"subword sampling (alpha {cfg.data.subword_sampling:g})"] = subword_sampling(
-                cfg, train, vocabularies
+                cfg.data.subword_sampling, train, vocabularies
             )
         print(f"{args.experiment}: {len(train):,} training pairs", file=sys.stderr)
 

@@ -60,19 +60,20 @@ def build_optimizer(optim_cfg, schedule):
     return optimizer
 
 
-def compile_model(model, cfg, schedule):
-    """Compiles `model` for training with the config's optimizer, loss, metrics and XLA choice, at the learning rate
-    `schedule` (`build_schedule`).
+def compile_model(model, optim_cfg, schedule, jit_compile):
+    """Compiles `model` for training with the optimizer and loss of `optim_cfg` (the config's `optim`), kmt's
+    metrics and the XLA choice `jit_compile` (`trainer.jit_compile`), at the learning rate `schedule`
+    (`build_schedule`).
 
     The optimizer's slots are created here, not in the first training step: under TensorFlow, Keras otherwise
     builds the optimizer inside the first trace of the train step, and a `tf.function` that creates variables is
     traced a second time, which costs seconds at the start of every run (more the larger the model).
     """
     model.compile(
-        optimizer=build_optimizer(cfg.optim, schedule),
-        loss=MaskedCrossEntropy(label_smoothing=cfg.optim.label_smoothing),
+        optimizer=build_optimizer(optim_cfg, schedule),
+        loss=MaskedCrossEntropy(label_smoothing=optim_cfg.label_smoothing),
         metrics=[MaskedAccuracy(), MaskedPerplexity()],
-        jit_compile=cfg.trainer.jit_compile,
+        jit_compile=jit_compile,
     )
     model.optimizer.build(model.trainable_variables)
     return model

@@ -117,7 +117,8 @@ def test_evaluation_loss_is_the_same_with_fixed_and_loose_shapes(varied, vocabul
 
     cfg = compose_config()
     size = vocabularies.source.vocab_size
-    model = compile_model(build_model(cfg.model, size, size), cfg, build_schedule(cfg.optim, cfg.model.hidden_dim, 4))
+    schedule = build_schedule(cfg.optim, cfg.model.hidden_dim, 4)
+    model = compile_model(build_model(cfg.model, size, size), cfg.optim, schedule, cfg.trainer.jit_compile)
     results = []
     for fixed in (False, True):
         batcher = Batcher(varied, 16, 40, fixed_shapes=fixed)

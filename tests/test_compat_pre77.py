@@ -75,7 +75,8 @@ def test_resume_state_loads_into_the_model_training_builds(run):
     cfg = run_dir.read_config()
     vocabularies = Vocabularies.load(directory / "tokenizer")
     sizes = vocabularies.source.vocab_size, vocabularies.target.vocab_size
-    model = compile_model(build_model(cfg.model, *sizes), cfg, build_schedule(cfg.optim, cfg.model.hidden_dim, 18))
+    schedule = build_schedule(cfg.optim, cfg.model.hidden_dim, 18)
+    model = compile_model(build_model(cfg.model, *sizes), cfg.optim, schedule, cfg.trainer.jit_compile)
     model.load_weights(run_dir.checkpoints.backup / "latest.weights.h5")
     assert int(keras.ops.convert_to_numpy(model.optimizer.iterations)) == 18  # 3 epochs of 6 updates
     assert run_dir.checkpoints.resume_state()["epoch"] == 3

@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
 from kmt.data.prepared import prepare_data
 from kmt.data.shards import PreparedData
@@ -16,6 +17,11 @@ from tests.helpers import compose_config, run_cli
 def write_pairs(directory, name, pairs):
     for side, index in (("en", 0), ("de", 1)):
         (directory / f"{name}.{side}").write_text("".join(f"{pair[index]}\n" for pair in pairs))
+
+
+def prepared(cfg, directory, vocabularies=None):
+    """`cfg`'s corpus prepared into `directory`, as kmt-prepare prepares it."""
+    return prepare_data(cfg.data, cfg.model, directory, OmegaConf.to_yaml(cfg, resolve=True), vocabularies)
 
 
 def parallel(directory, train=None):
@@ -47,10 +53,8 @@ def test_kmt_prepare_writes_shards_an_index_the_text_and_meta_json_last(prepared
 
 def test_a_parallel_corpus_streams_and_a_vocabulary_is_reused(tmp_path):
     overrides = parallel(tmp_path)
-    first = prepare_data(compose_config("data=parallel", *overrides, "data.tokenizer.vocab_size=300"), tmp_path / "a")
-    again = prepare_data(
-        compose_config("data=parallel", *overrides, f"data.vocabulary={tmp_path / 'a'}"), tmp_path / "b"
-    )
+    first = prepared(compose_config("data=parallel", *overrides, "data.tokenizer.vocab_size=300"), tmp_path / "a")
+    again = prepared(compose_config("data=parallel", *overrides, f"data.vocabulary={tmp_path / 'a'}"), tmp_path / "b")
     assert again.vocabularies.same_as(first.vocabularies)
     assert len(again.split("train")) == 200 and again.names == ["train", "val"]  # no test files given
     assert np.array_equal(again.split("val").source_ids, first.split("val").source_ids)
@@ -61,7 +65,7 @@ def test_mismatched_streamed_files_and_a_missing_prepared_directory_are_one_line
     (tmp_path / "train.de").write_text("one\ntwo\n")
     vocabularies = Vocabularies.train(["alpha beta", "gamma"], ["delta"], joint=True, vocab_size=300)
     with pytest.raises(DataError, match=r"train.en has 200 lines but .*train.de has 2"):
-        prepare_data(compose_config("data=parallel", *overrides), tmp_path / "out", vocabularies)
+        prepared(compose_config("data=parallel", *overrides), tmp_path / "out", vocabularies)
     assert not (tmp_path / "out" / "meta.json").exists()  # unfinished: no meta.json, so never read as prepared
     with pytest.raises(DataError, match="is not prepared data: it has no meta.json"):
         PreparedData(tmp_path / "out")

@@ -248,7 +248,7 @@ def test_accumulated_batches_make_one_update_with_their_mean_gradient():
     def trained(accumulation, batches):
         cfg = compose_config(*no_dropout, f"optim.gradient_accumulation_steps={accumulation}")
         schedule = build_schedule(cfg.optim, cfg.model.hidden_dim, total_steps=10)
-        model = compile_model(build_model(cfg.model, 40, 40), cfg, schedule)
+        model = compile_model(build_model(cfg.model, 40, 40), cfg.optim, schedule, cfg.trainer.jit_compile)
         model.set_weights(initial)
         for inputs, outputs in batches:
             model.train_on_batch(inputs, outputs)
@@ -282,7 +282,8 @@ def test_the_train_step_is_traced_once_across_batch_shapes():
     import tensorflow as tf
 
     cfg = compose_config()
-    model = compile_model(build_model(cfg.model, 40, 40), cfg, build_schedule(cfg.optim, cfg.model.hidden_dim, 4))
+    schedule = build_schedule(cfg.optim, cfg.model.hidden_dim, 4)
+    model = compile_model(build_model(cfg.model, 40, 40), cfg.optim, schedule, cfg.trainer.jit_compile)
     traces = []
     step = model.train_step
 
@@ -449,7 +450,7 @@ def test_a_smoke_run_on_multi30k_keeps_nearly_all_its_pairs(tmp_path):
     # debug=smoke's small vocabulary spells a caption nearly letter by letter: its model.max_length must hold them,
     # with the tiny model of `kmt-train data=multi30k debug=smoke` as with a recipe's.
     cfg = compose_config("data=multi30k", "data.download=false")
-    prepared = prepare_data(cfg, tmp_path)
+    prepared = prepare_data(cfg.data, cfg.model, tmp_path, OmegaConf.to_yaml(cfg, resolve=True))
     kept = {name: len(prepared.split(name)) for name in prepared.names}
     assert all(0.9 * cfg.data.limit <= pairs <= cfg.data.limit for pairs in kept.values()), kept
 

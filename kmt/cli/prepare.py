@@ -6,6 +6,7 @@ import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
 
 from kmt.cli import console_script
 from kmt.cli.errors import check_overrides, exit_on_user_error
@@ -29,7 +30,7 @@ def run(cfg):
         if cfg.data.name == "prepared":
             raise ConfigError("kmt-prepare reads a corpus: data=prepared is what kmt-train reads its output with")
         directory = HydraConfig.get().runtime.output_dir
-        data = prepare_data(cfg, directory)
+        data = prepare_data(cfg.data, cfg.model, directory, OmegaConf.to_yaml(cfg, resolve=True))
         meta = data.meta
         sizes = sum(path.stat().st_size for path in data.directory.iterdir() if path.suffix in (".ids", ".npy"))
         pairs = ", ".join(f"{name} {entry['pairs']:,}" for name, entry in meta["splits"].items())

@@ -71,35 +71,38 @@ def vocabulary_from(path):
     )
 
 
-def prepare_data(cfg, directory, vocabularies=None):
-    """Prepares `cfg`'s corpus into `directory` and returns it read (`PreparedData`); a directory already complete is
-    reused as it is. The vocabulary is, in order: `directory/tokenizer` (a preparation interrupted after training
-    it), `vocabularies` (a fine-tuning run's source), `data.vocabulary`, else trained on the training split."""
+def prepare_data(data_cfg, model_cfg, directory, record, vocabularies=None):
+    """Prepares the corpus of `data_cfg` (the config's `data`) for the model of `model_cfg` (its `max_length` and
+    `shared_embeddings`) into `directory` and returns it read (`PreparedData`); a directory already complete is
+    reused as it is. `record` is the config it is prepared with, as YAML, kept in `directory/config.yaml` (a run on
+    `data=prepared` takes its batching settings from there). The vocabulary is, in order: `directory/tokenizer` (a
+    preparation interrupted after training it), `vocabularies` (a fine-tuning run's source), `data.vocabulary`, else
+    trained on the training split."""
     directory = Path(directory)
     if (directory / "meta.json").is_file():
         prepared = PreparedData(directory)
-        if prepared.max_length != cfg.model.max_length:
+        if prepared.max_length != model_cfg.max_length:
             raise DataError(
                 f"{directory} was prepared for model.max_length={prepared.max_length}, not "
-                f"{cfg.model.max_length}; remove it to prepare again"
+                f"{model_cfg.max_length}; remove it to prepare again"
             )
         return prepared
-    corpus = corpus_streams(cfg.data)
+    corpus = corpus_streams(data_cfg)
     if Vocabularies.exists(directory / "tokenizer"):
         vocabularies = Vocabularies.load(directory / "tokenizer")
-    elif vocabularies is None and cfg.data.vocabulary:
-        vocabularies = vocabulary_from(cfg.data.vocabulary)
-        logger.info("using the vocabulary of %s", cfg.data.vocabulary)
+    elif vocabularies is None and data_cfg.vocabulary:
+        vocabularies = vocabulary_from(data_cfg.vocabulary)
+        logger.info("using the vocabulary of %s", data_cfg.vocabulary)
     if vocabularies is None:
-        options = OmegaConf.to_container(cfg.data.tokenizer)
+        options = OmegaConf.to_container(data_cfg.tokenizer)
         train = corpus["train"]
-        vocabularies = Vocabularies.train(train.source, train.target, joint=cfg.model.shared_embeddings, **options)
-    elif vocabularies.joint != cfg.model.shared_embeddings:
+        vocabularies = Vocabularies.train(train.source, train.target, joint=model_cfg.shared_embeddings, **options)
+    elif vocabularies.joint != model_cfg.shared_embeddings:
         raise ConfigError(
-            f"model.shared_embeddings={cfg.model.shared_embeddings} needs "
-            f"{'one joint vocabulary' if cfg.model.shared_embeddings else 'a vocabulary per side'}, "
+            f"model.shared_embeddings={model_cfg.shared_embeddings} needs "
+            f"{'one joint vocabulary' if model_cfg.shared_embeddings else 'a vocabulary per side'}, "
             "and the vocabulary given is not"
         )
     splits = {name: pairs_of(text) for name, text in corpus.items()}
-    write_prepared(directory, splits, vocabularies, cfg.model.max_length, OmegaConf.to_yaml(cfg, resolve=True))
+    write_prepared(directory, splits, vocabularies, model_cfg.max_length, record)
     return PreparedData(directory)

@@ -24,11 +24,12 @@ def train(cfg, run_dir):
 
     run_dir = Path(run_dir)
     cfg = config_lib.validated(cfg)
-    check(cfg)
-    if worker(cfg):
+    check(cfg.trainer, cfg.data.name)
+    chief = not worker(cfg.trainer)
+    if not chief:
         quiet_worker()
     # A distributed run's workers share the run directory, which only the chief (process 0) writes and locks.
-    with RunLock(run_dir) if not worker(cfg) else contextlib.nullcontext():
-        prepared = prepare(cfg, run_dir, verbose=0 if worker(cfg) else None)
+    with RunLock(run_dir) if chief else contextlib.nullcontext():
+        prepared = prepare(cfg, run_dir, verbose=None if chief else 0)
         fitted = fit(prepared.cfg, prepared)
         return finish(prepared.cfg, prepared, fitted)

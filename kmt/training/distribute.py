@@ -61,21 +61,22 @@ class Placement:
         return self.engine.scope() if self.engine is not None else contextlib.nullcontext()
 
 
-def cluster(cfg):
-    """`(coordinator, num_processes, process_id)` of a multi_worker run, from `trainer.*` or the environment (None
-    where neither sets it)."""
+def cluster(trainer_cfg):
+    """`(coordinator, num_processes, process_id)` of a multi_worker run, from `trainer_cfg` (the config's `trainer`)
+    or the environment (None where neither sets it)."""
     values = []
     for key, variable in ENVIRONMENT.items():
-        value = cfg.trainer[key]
+        value = trainer_cfg[key]
         if value is None and os.environ.get(variable):
             value = os.environ[variable] if key == "coordinator" else int(os.environ[variable])
         values.append(value)
     return tuple(values)
 
 
-def check(cfg):
-    """Stops with one line on a `trainer.distribute` this backend or config cannot run, before any data is read."""
-    mode, backend = cfg.trainer.distribute, keras.backend.backend()
+def check(trainer_cfg, data_name):
+    """Stops with one line on a `trainer.distribute` (of `trainer_cfg`, the config's `trainer`) this backend or config
+    cannot run, before any data is read. `data_name` is the config's `data.name`."""
+    mode, backend = trainer_cfg.distribute, keras.backend.backend()
     if mode not in MODES:
         raise ConfigError(f"trainer.distribute must be one of {', '.join(MODES)}. Received: {mode!r}")
     if mode == "none":
@@ -93,7 +94,7 @@ def check(cfg):
             "under MultiWorkerMirroredStrategy (keras-team/keras#20585); run every worker with "
             "KERAS_BACKEND=jax (docs/scaling.md)"
         )
-    coordinator, processes, index = cluster(cfg)
+    coordinator, processes, index = cluster(trainer_cfg)
     if None in (coordinator, processes, index):
         raise ConfigError(
             "trainer.distribute=multi_worker needs its cluster: set trainer.coordinator=HOST:PORT, "
@@ -102,22 +103,23 @@ def check(cfg):
         )
     if not 0 <= index < processes:
         raise ConfigError(f"trainer.process_id must be in [0, {processes}) (trainer.num_processes). Received: {index}")
-    if cfg.data.name != "prepared":
+    if data_name != "prepared":
         raise ConfigError(
             "trainer.distribute=multi_worker trains from prepared data: run kmt-prepare once and give "
             "every worker data=prepared data.path=DIR"
         )
     for key in ("patience", "max_minutes"):
-        if cfg.trainer[key]:
+        if trainer_cfg[key]:
             raise ConfigError(
                 f"trainer.{key} is not available with trainer.distribute=multi_worker: each worker "
                 "would decide alone when to stop"
             )
 
 
-def place(cfg):
-    """The run's `Placement`; under `multi_worker`, joins the cluster first (call it before anything runs on JAX)."""
-    mode = cfg.trainer.distribute
+def place(trainer_cfg):
+    """The run's `Placement` from `trainer_cfg` (the config's `trainer`); under `multi_worker`, joins the cluster
+    first (call it before anything runs on JAX)."""
+    mode = trainer_cfg.distribute
     if mode == "none":
         return Placement()
     if keras.backend.backend() == "tensorflow":
@@ -130,7 +132,7 @@ def place(cfg):
         import jax
 
         if mode == "multi_worker":
-            keras.distribution.initialize(*cluster(cfg))
+            keras.distribution.initialize(*cluster(trainer_cfg))
         devices = keras.distribution.list_devices()
         distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
         placement = Placement(mode, len(devices), jax.process_count(), jax.process_index(), distribution)
@@ -166,9 +168,10 @@ def local_copy(weights, build):
     return copy
 
 
-def worker(cfg):
-    """Whether this process is a multi_worker run's worker other than the chief (known before `place`)."""
-    return cfg.trainer.distribute == "multi_worker" and cluster(cfg)[2] not in (None, 0)
+def worker(trainer_cfg):
+    """Whether this process is a multi_worker run's worker other than the chief (known before `place`), from
+    `trainer_cfg` (the config's `trainer`)."""
+    return trainer_cfg.distribute == "multi_worker" and cluster(trainer_cfg)[2] not in (None, 0)
 
 
 def fingerprint(weights):

@@ -63,7 +63,8 @@ def finish(cfg, prepared, fitted):
             logger.info(
                 "%s: %s", name, ", ".join(f"{k} {v:.4g}" for k, v in metrics[name].items() if isinstance(v, float))
             )
-    if cfg.trainer.export and (size := export(cfg, p, run)) is not None:
+    average = cfg.trainer.average_last if cfg.trainer.average_last > 1 else None
+    if cfg.trainer.export and (size := export(run, p.decoder, p.vocabularies, cfg.decode, average)) is not None:
         metrics["export"] = {"path": run.export.name, "bytes": size}
     write_atomically(run.metrics, json.dumps(metrics, indent=2) + "\n")
     return metrics
@@ -86,19 +87,17 @@ def train_stats(split, fitted, updates_per_epoch, model, steps):
     }
 
 
-def export(cfg, prepared, run):
-    """Writes the SavedModel of the scored weights to `run.export`; returns its size in bytes, or None when this
-    machine cannot make it. Under TensorFlow it exports `prepared.decoder` here. Under JAX and PyTorch the SavedModel
-    is a TensorFlow graph all the same, so `kmt.export` makes it from the run's checkpoints in a TensorFlow process
+def export(run, decoder, vocabularies, decode_cfg, average=None):
+    """Writes the SavedModel of the scored weights to `run.export`, searching as `decode_cfg` (the config's `decode`)
+    says; returns its size in bytes, or None when this machine cannot make it. Under TensorFlow it exports `decoder`
+    (with `vocabularies`) here. Under JAX and PyTorch the SavedModel is a TensorFlow graph all the same, so
+    `kmt.export` makes it from the run's checkpoints (the last `average` averaged, when given) in a TensorFlow process
     of its own (this process never imports TensorFlow); without TensorFlow the run says how to make it elsewhere."""
     from kmt.inference.exporters import exporter, search_settings
 
     if keras.backend.backend() == "tensorflow":
-        exporter("savedmodel").export(
-            [prepared.decoder], prepared.vocabularies, search_settings(cfg.decode), run.export
-        )
+        exporter("savedmodel").export([decoder], vocabularies, search_settings(decode_cfg), run.export)
         return _size(run.export)
-    average = cfg.trainer.average_last if cfg.trainer.average_last > 1 else None
     command = f"kmt-export {run.root}" + (f" --average {average}" if average else "")
     if importlib.util.find_spec("tensorflow") is None:
         logger.warning(

@@ -40,8 +40,18 @@ def fit(cfg, prepared):
     """Trains `prepared.model` for the rest of `trainer.epochs`. Ctrl-C, SIGTERM or SIGHUP save the weights of the
     moment and raise `Interrupted`; a resumed run with no patience or time left trains nothing and goes on."""
     p = prepared
+    val_bleu = None
+    if cfg.trainer.val_bleu:
+        val_bleu = validation_bleu(cfg.decode, p.decoder, p.vocabularies, p.texts["val"], tokenized=cfg.data.tokenized)
     callbacks, stats = build_callbacks(
-        cfg, p.run, p.epoch.target_tokens, validation_bleu(cfg, p), chief=p.placement.chief
+        cfg.trainer,
+        cfg.optim,
+        cfg.model,
+        p.run,
+        p.epoch.target_tokens,
+        OmegaConf.to_yaml(cfg, resolve=True),
+        val_bleu,
+        chief=p.placement.chief,
     )
     interrupt = DeferredInterrupt()  # last: an epoch's backup is written before Ctrl-C is acted on
     started, history = time.perf_counter(), None
@@ -73,7 +83,7 @@ def fit(cfg, prepared):
             updates,
             p.total_steps,
         )
-    run_seconds = draw_curves(cfg, p.run) if p.placement.chief else None
+    run_seconds = draw_curves(cfg.name, p.run) if p.placement.chief else None
     losses = history.history.get("loss", []) if history else []
     if losses and not math.isfinite(losses[-1]):
         raise KmtError(
@@ -83,10 +93,11 @@ def fit(cfg, prepared):
     return Fitted(history, stats, wall_seconds, wall_seconds if run_seconds is None else run_seconds)
 
 
-def build_callbacks(cfg, run, tokens_per_epoch, val_bleu=None, chief=True):
+def build_callbacks(trainer_cfg, optim_cfg, model_cfg, run, tokens_per_epoch, record, val_bleu=None, chief=True):
     """The callbacks of a run in `run` (a `RunDir`), in the order their epoch-end hooks must run, and its
-    `TrainingStats`. `val_bleu`, a `ValidationBLEU` or None, comes before everything that reads or times the
-    epoch's logs.
+    `TrainingStats`, from the config's `trainer`, `optim` and `model` groups. `record`, the run's config as YAML, is
+    written to the run's `config.yaml` when training begins. `val_bleu`, a `ValidationBLEU` or None, comes before
+    everything that reads or times the epoch's logs.
 
     A worker other than the `chief` of a distributed run writes nothing to the run: it resumes from the chief's
     resume state and saves its weights when the chief does, into a scratch directory (`scratch_dir`), since under
@@ -95,9 +106,9 @@ def build_callbacks(cfg, run, tokens_per_epoch, val_bleu=None, chief=True):
     if not chief:
         scratch = scratch_dir()
         backup = AtomicBackupAndRestore(
-            run.checkpoints.backup, cfg.optim.gradient_accumulation_steps, save_to=scratch / "backup.weights.h5"
+            run.checkpoints.backup, optim_cfg.gradient_accumulation_steps, save_to=scratch / "backup.weights.h5"
         )
-        checkpoint = EpochCheckpoint(scratch, keep=1, monitor=cfg.trainer.monitor)  # in the chief's order
+        checkpoint = EpochCheckpoint(scratch, keep=1, monitor=trainer_cfg.monitor)  # in the chief's order
         return [keras.callbacks.TerminateOnNaN(), *([val_bleu] if val_bleu else []), stats, checkpoint, backup], stats
     run.logs.mkdir(parents=True, exist_ok=True)
     callbacks = [
@@ -107,21 +118,19 @@ def build_callbacks(cfg, run, tokens_per_epoch, val_bleu=None, chief=True):
         HistoryCSV(run.history),  # before the backup: a resume drops rows the backup does not cover
         *tensorboard(run),
         # before the resume state: a kill once it holds the epoch finds the epoch's checkpoint (which averaging reads)
-        EpochCheckpoint(run.checkpoints.directory, keep=cfg.trainer.keep_checkpoints, monitor=cfg.trainer.monitor),
+        EpochCheckpoint(run.checkpoints.directory, keep=trainer_cfg.keep_checkpoints, monitor=trainer_cfg.monitor),
         # then the resume state: a kill after it loses nothing
-        AtomicBackupAndRestore(run.checkpoints.backup, batches_per_update=cfg.optim.gradient_accumulation_steps),
+        AtomicBackupAndRestore(run.checkpoints.backup, batches_per_update=optim_cfg.gradient_accumulation_steps),
         # config.yaml (what kmt-export rebuilds the model from) once the resume state has accepted this config, so
         # a resume refused for a changed setting leaves the run's record as it was
-        keras.callbacks.LambdaCallback(
-            on_train_begin=lambda logs: write_atomically(run.config, OmegaConf.to_yaml(cfg, resolve=True))
-        ),
+        keras.callbacks.LambdaCallback(on_train_begin=lambda logs: write_atomically(run.config, record)),
     ]
-    if cfg.trainer.patience:  # after the checkpoint, which records the best epoch
-        callbacks.append(EarlyStopping(run.checkpoints.directory, cfg.trainer.monitor, cfg.trainer.patience))
-    if cfg.model.late_dropout is not None:
-        callbacks.insert(0, LateDropout(cfg.model.late_dropout, cfg.model.late_dropout_after))
-    if cfg.trainer.max_minutes:
-        callbacks.append(TimeBudget(cfg.trainer.max_minutes * 60, run.history))
+    if trainer_cfg.patience:  # after the checkpoint, which records the best epoch
+        callbacks.append(EarlyStopping(run.checkpoints.directory, trainer_cfg.monitor, trainer_cfg.patience))
+    if model_cfg.late_dropout is not None:
+        callbacks.insert(0, LateDropout(model_cfg.late_dropout, model_cfg.late_dropout_after))
+    if trainer_cfg.max_minutes:
+        callbacks.append(TimeBudget(trainer_cfg.max_minutes * 60, run.history))
     return callbacks, stats
 
 
@@ -145,30 +154,24 @@ def tensorboard(run):
     return [keras.callbacks.TensorBoard(log_dir=str(run.logs), write_graph=False)]
 
 
-def validation_bleu(cfg, prepared):
-    """With `trainer.val_bleu`, a `ValidationBLEU` that translates val greedily with the float32 decoder; else None."""
-    if not cfg.trainer.val_bleu:
-        return None
+def validation_bleu(decode_cfg, decoder, vocabularies, val, tokenized=False):
+    """`trainer.val_bleu`'s `ValidationBLEU`: translates `val` (a `kmt.data.shards.Text`) greedily with `decoder`,
+    the float32 model, under the settings of `decode_cfg` (the config's `decode`); BLEU without further tokenization
+    when the text is `tokenized`."""
     greedy = KerasTranslator(
-        prepared.decoder,
-        prepared.vocabularies,
-        SearchSettings.from_config(cfg.decode).greedy(),
-        batch_size=cfg.decode.batch_size,
+        decoder, vocabularies, SearchSettings.from_config(decode_cfg).greedy(), batch_size=decode_cfg.batch_size
     )
-    val = prepared.texts["val"]
-    return ValidationBLEU(
-        greedy.translate, val.source, val.target, decoder=prepared.decoder, tokenized=cfg.data.tokenized
-    )
+    return ValidationBLEU(greedy.translate, val.source, val.target, decoder=decoder, tokenized=tokenized)
 
 
-def draw_curves(cfg, run):
-    """Draws the run's learning curves into `logs/curves.png`; returns the seconds of its epochs in history.csv,
-    those of earlier invocations of a resumed run included (None when it has none)."""
+def draw_curves(name, run):
+    """Draws the learning curves of the run `name` (the config's `name`) into `logs/curves.png`; returns the seconds
+    of its epochs in history.csv, those of earlier invocations of a resumed run included (None when it has none)."""
     if not run.history.exists():
         return None
     history = read_history(run.root)
     logger.info(
-        "learning curves: %s", plot_curves({run.root.name: history}, run.curves, title=curves_title(cfg.name, run.root))
+        "learning curves: %s", plot_curves({run.root.name: history}, run.curves, title=curves_title(name, run.root))
     )
     return sum(seconds or 0.0 for seconds in history.get("epoch_seconds", []))
 

@@ -86,7 +86,7 @@ def prepare(cfg, run_dir, verbose=None):
     vocabulary and weights. `cfg` is read, never changed: what the run resolves (`Resolved`: the precision, XLA,
     a prepared directory's batching, `verbose` when given) makes `Prepared.cfg`."""
     backend.keep_tensorflow_out()
-    placement = place(cfg)  # first: a JAX process joins its cluster before it computes anything
+    placement = place(cfg.trainer)  # first: a JAX process joins its cluster before it computes anything
     keras.utils.set_random_seed(cfg.seed)
     resolved = Resolved(
         backend.resolve_precision(cfg.trainer.precision),
@@ -109,7 +109,8 @@ def prepare(cfg, run_dir, verbose=None):
     if cfg.trainer.init_from and not resuming:
         init_run, init_weights = init_source(cfg.trainer.init_from, cfg.model)
 
-    data, vocabularies = prepared_data(cfg, run, init_run, writes=placement.chief)
+    record = OmegaConf.to_yaml(cfg, resolve=True)  # what a corpus prepared into the run records
+    data, vocabularies = prepared_data(cfg.data, cfg.model, run, record, init_run, writes=placement.chief)
     if cfg.data.name == "prepared":
         resolved.data = inherited_data_settings(cfg.data, data.config().data)
     cfg = run_config(cfg, resolved)
@@ -132,7 +133,9 @@ def prepare(cfg, run_dir, verbose=None):
             **spread,
         )
 
-    train_batches = batcher(train, seed=cfg.seed, sampling=subword_sampling(cfg, train, vocabularies))
+    train_batches = batcher(
+        train, seed=cfg.seed, sampling=subword_sampling(cfg.data.subword_sampling, train, vocabularies)
+    )
     accumulation = cfg.optim.gradient_accumulation_steps
     # A whole number of updates an epoch, so epochs (checkpoints, the resume state) never end mid-accumulation; the
     # stream repeats, so the few batches this leaves out start the next epoch.
@@ -160,7 +163,7 @@ def prepare(cfg, run_dir, verbose=None):
     total_steps = cfg.trainer.epochs * updates_per_epoch
     schedule = build_schedule(cfg.optim, cfg.model.hidden_dim, total_steps)
     sizes = vocabularies.source.vocab_size, vocabularies.target.vocab_size
-    build = lambda: compile_model(build_model(cfg.model, *sizes), cfg, schedule)  # noqa: E731
+    build = lambda: compile_model(build_model(cfg.model, *sizes), cfg.optim, schedule, cfg.trainer.jit_compile)  # noqa: E731
     with placement.scope():
         model = build()
     logger.info(
@@ -199,31 +202,32 @@ def prepare(cfg, run_dir, verbose=None):
     )
 
 
-def prepared_data(cfg, run, init_run=None, writes=True):
-    """The run's prepared data and vocabulary. `data=prepared` reads `data.path`; other corpora are prepared into
-    the run's `data/` (kept there, so a resumed run reads them back). The vocabulary is the run's own when it has one
+def prepared_data(data_cfg, model_cfg, run, record, init_run=None, writes=True):
+    """The run's prepared data and vocabulary, from the config's `data` and `model` groups. `data=prepared` reads
+    `data.path`; other corpora are prepared into the run's `data/` (kept there, so a resumed run reads them back),
+    which records the config `record` (YAML, see `prepare_data`). The vocabulary is the run's own when it has one
     (resume), else a fine-tuning source's (`init_run`: the weights fit only its vocabulary), else the data's; it is
     saved in the run's `tokenizer/` (unless not `writes`: a distributed run's workers other than the chief)."""
     own = Vocabularies.load(run.tokenizer) if Vocabularies.exists(run.tokenizer) else None
     given = own or (Vocabularies.load(RunDir(init_run).tokenizer) if init_run is not None else None)
-    if cfg.data.name == "prepared":
-        data = PreparedData(cfg.data.path)
-        if data.max_length != cfg.model.max_length:
+    if data_cfg.name == "prepared":
+        data = PreparedData(data_cfg.path)
+        if data.max_length != model_cfg.max_length:
             raise ConfigError(
-                f"data.path={cfg.data.path} was prepared with model.max_length={data.max_length}; "
-                f"set model.max_length={data.max_length} (it is {cfg.model.max_length}) or prepare "
+                f"data.path={data_cfg.path} was prepared with model.max_length={data.max_length}; "
+                f"set model.max_length={data.max_length} (it is {model_cfg.max_length}) or prepare "
                 "again"
             )
         if given is not None and not given.same_as(data.vocabularies):
             whose = "this run's tokenizer/" if own else f"the vocabulary of {init_run} (trainer.init_from)"
             raise ConfigError(
-                f"data.path={cfg.data.path} holds another vocabulary than {whose}; prepare it with "
+                f"data.path={data_cfg.path} holds another vocabulary than {whose}; prepare it with "
                 f"data.vocabulary={run.tokenizer if own else init_run}"
             )
     else:
         if given is not None and not own:
             logger.info("using the vocabulary of %s (data.tokenizer is not used)", init_run)
-        data = prepare_data(cfg, run.data, given)
+        data = prepare_data(data_cfg, model_cfg, run.data, record, given)
     if own is None and writes:
         data.vocabularies.save(run.tokenizer)
     elif Vocabularies.exists(run.tokenizer):
@@ -245,17 +249,13 @@ def inherited_data_settings(data_cfg, prepared_data_cfg):
     return inherited | {"tokenized": prepared_data_cfg.get("tokenized", False)}
 
 
-def subword_sampling(cfg, train, vocabularies):
-    """The batcher's `sampling` for `data.subword_sampling`: each pass segments the kept pairs' text afresh."""
-    if not cfg.data.subword_sampling:
+def subword_sampling(alpha, train, vocabularies):
+    """The batcher's `sampling` for `data.subword_sampling` (`alpha`; 0 or None: none): each pass segments the kept
+    pairs' text afresh."""
+    if not alpha:
         return None
     text = train.text()
-    return (
-        vocabularies,
-        cfg.data.subword_sampling,
-        [text.source[i] for i in text.kept],
-        [text.target[i] for i in text.kept],
-    )
+    return (vocabularies, alpha, [text.source[i] for i in text.kept], [text.target[i] for i in text.kept])
 
 
 def log_schedule(schedule, total_steps):
