@@ -44,8 +44,8 @@ def test_memory_part_prepares_the_synthetic_corpus_with_a_reused_vocabulary():
     assert sample["vocabulary"] == "trained here" and whole["vocabulary"] == "reused from the sample"
     assert 0 < whole["kept"] <= 1500 and whole["shard_mib"] > sample["shard_mib"] > 0
     # Measured in the prepare process itself, not inherited from the bench process that started it (which holds
-    # TensorFlow): kmt-prepare's start-up imports no TensorFlow, preparing does.
-    assert 0 < startup["peak_mb"] < 300 < sample["peak_mb"]
+    # TensorFlow, several hundred MB): kmt-prepare imports neither Keras nor TensorFlow.
+    assert 0 < startup["peak_mb"] <= sample["peak_mb"] < 300
     for row in report["memory"]["rows"]:
         assert row["peak_mb"] < 4000 and row["under_1_gb"] == ("yes" if row["peak_mb"] < 1000 else "no")
 

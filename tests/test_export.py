@@ -131,7 +131,7 @@ def test_score_signature_is_forced_decoding_of_the_tokenized_pairs(translator, m
 def test_fresh_process_reload_matches_in_process(translator, tmp_path):
     translator, model = translator
     size = export_translator(translator, tmp_path / "export")
-    expected = translator(SENTENCES)
+    expected = texts(translator, SENTENCES)
     translations, nbest_shape, nbest_first, scores = _reload_and_translate(tmp_path / "export", SENTENCES)
     assert translations == expected
     assert nbest_shape == [len(SENTENCES), 3] and nbest_first == expected

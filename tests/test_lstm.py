@@ -106,7 +106,7 @@ def test_saved_model_reloads_in_a_fresh_process(tmp_path, batch):
     expected = model_logits(model, source, target_in)
     tokens = ops.convert_to_numpy(search_ids(model, source, SearchSettings(beam_size=2))[0])
     script = (
-        "import sys, numpy as np, keras, kmt\n"
+        "import sys, numpy as np, keras, kmt.models.lstm\n"
         "from kmt.inference.decoding import search_ids\n"
         "from kmt.inference.settings import SearchSettings\n"
         "m = keras.saving.load_model(sys.argv[1], safe_mode=True)\n"

@@ -130,7 +130,7 @@ def test_saved_model_reloads_in_a_fresh_process(tmp_path, batch):
     np.savez(inputs_path, source=source, target_in=target_in)
     expected = model_logits(model, source, target_in)
     script = (
-        "import sys, numpy as np, keras, kmt, kmt.losses\n"
+        "import sys, numpy as np, keras, kmt.models.transformer\n"
         "m = keras.saving.load_model(sys.argv[1], safe_mode=True)\n"
         "b = np.load(sys.argv[2])\n"
         "inputs = {'source': b['source'].astype('int32'), 'target_in': b['target_in'].astype('int32')}\n"

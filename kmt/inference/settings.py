@@ -34,7 +34,8 @@ class SearchSettings:
         beam_size: int K; 1 is greedy search. Defaults to `4`.
         length_penalty: float alpha of GNMT's penalty: a hypothesis scores `log p(Y) / ((5 + |Y|) / 6) ** alpha`
             (beam search only). Defaults to `0.6`.
-        max_length_a, max_length_b: the output limit's slope and intercept in S_i. Default to `1.5` and `10`.
+        max_length_a: float, the output limit's slope in S_i. Defaults to `1.5`.
+        max_length_b: float, the output limit's intercept. Defaults to `10`.
         max_length: int cap on the output length. Defaults to `None`: the model's `max_length`.
         nbest: int n, 1 to K: the n best hypotheses of each sentence (greedy search and sampling have one).
             Defaults to `None`: the best one, without the hypothesis axis.
