@@ -66,9 +66,6 @@ def timed(fn, *args, **kwargs):
     return result, time.perf_counter() - started
 
 
-CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "conf")
-
-
 def add_recipe_arguments(parser):
     """Adds `--experiment` and the trailing Hydra `overrides` to a bench's parser, for `recipe_training_split`."""
     parser.add_argument(
@@ -87,15 +84,9 @@ def require_positive(parser, args, *names):
 def recipe_config(experiment, overrides=()):
     """An experiment's config composed and validated as kmt-train composes it (`overrides` are Hydra overrides);
     `experiment=None` composes kmt-train's default config."""
-    from hydra import compose, initialize_config_dir
+    from kmt.config import compose_config
 
-    from kmt import config as config_lib
-
-    config_lib.register_configs()
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("config", overrides=[*([f"experiment={experiment}"] if experiment else []), *overrides])
-    config_lib.validate(cfg)
-    return cfg
+    return compose_config(*([f"experiment={experiment}"] if experiment else []), *overrides)
 
 
 def recipe_training_split(experiment, overrides=()):

@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import CONFIG_DIR, hardware, recipe_config
+from common import hardware, recipe_config
 
 ANCHORS = {
     "en_de": "fairseq Transformer 4+4, d=128, avg 10, beam 5: 41.02",
@@ -169,10 +169,8 @@ def recipe(direction, overrides):
     """The run's config, composed and validated as kmt-train will compose it; a bad override or value ends the bench
     with kmt-train's one-line error, before anything is fetched."""
     from kmt.cli.errors import check_overrides
-    from kmt.config import register_configs
 
-    register_configs()
-    check_overrides(CONFIG_DIR, "config", [f"experiment=multi30k_{direction}", *overrides])
+    check_overrides([f"experiment=multi30k_{direction}", *overrides])
     return recipe_config(f"multi30k_{direction}", overrides)
 
 
