@@ -31,6 +31,6 @@ def load(path: str | os.PathLike, **options):
         path: what `kmt.train`, `kmt-train` or `kmt.export` wrote.
         **options: the kind's own options (a CTranslate2 directory: `device`, `compute_type`, ...).
     """
-    from kmt.inference.translators import load_translator
+    from kmt.inference.loading import load_translator
 
     return load_translator(path, **options)
