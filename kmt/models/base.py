@@ -23,6 +23,14 @@ class Seq2SeqModel(keras.Model):
 
     max_length: int
 
+    def __setattr__(self, name, value):
+        # Under PyTorch a Keras layer is a torch.nn.Module, which refuses sublayers set before its __init__; a
+        # subclass sets its layers before calling keras.Model's (the functional graph tracks them all the same), so
+        # until then they are plain attributes (keras-hub's Backbone does the same).
+        if keras.config.backend() == "torch" and not hasattr(self, "_initialized"):
+            return object.__setattr__(self, name, value)
+        return super().__setattr__(name, value)
+
     @classmethod
     def from_model_config(cls, model_cfg, source_vocab_size: int, target_vocab_size: int) -> "Seq2SeqModel":
         """The model of `model_cfg` (the config's `model` group) for vocabularies of these sizes."""
