@@ -110,9 +110,8 @@ def finish(args):
     if not (run / "metrics.json").is_file() or not (run / "bench.json").is_file():
         sys.exit(f"error: {run} holds no metrics.json and bench.json: pass the run directory `train --out` finished")
     cfg, trained = RunDir(run).read_config(), json.loads((run / "bench.json").read_text())
-    source, target = cfg.data.source_lang, cfg.data.target_lang
+    source, target, scores = cfg.data.source_lang, cfg.data.target_lang, {}
     corpus = Path(os.environ.get("KMT_DATA_DIR", "data")) / "multi30k"
-    scores = {}
     try:
         if not (run / "export" / "saved_model.pb").is_file():
             kmt.export(run, average=cfg.trainer.average_last if cfg.trainer.average_last > 1 else None)
@@ -121,9 +120,8 @@ def finish(args):
             sources, references = read_lines(corpus / f"{split}.{source}"), read_lines(corpus / f"{split}.{target}")
             tokenized = read_lines(corpus / "tok" / f"{split}.lc.norm.tok.{target}")
             scores[split] = kmt.evaluate(translator, sources, references, tokenized_references=tokenized, lang=target)
-            (run / f"{split}.hyp.{target}").write_text(
-                "".join(f"{t}\n" for t in scores[split]["translations"]), "utf-8"
-            )
+            hypotheses = "".join(f"{line}\n" for line in scores[split]["translations"])
+            (run / f"{split}.hyp.{target}").write_text(hypotheses, "utf-8")
     except KmtError as error:
         sys.exit(f"error: {error}")
     val, test = scores["val"], scores["test_2016_flickr"]
