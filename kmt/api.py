@@ -14,16 +14,20 @@ kmt.evaluate(translator, sources, references)                 # BLEU, chrF, exac
 """
 
 import os
+from typing import TYPE_CHECKING
 
 from kmt.config import compose_config
 from kmt.evaluation import evaluate
 from kmt.inference.exporters import export, register_exporter
 from kmt.training import train
 
+if TYPE_CHECKING:
+    from kmt.inference.translators import Translator
+
 __all__ = ["compose_config", "train", "load", "export", "evaluate", "register_exporter"]
 
 
-def load(path: str | os.PathLike, **options):
+def load(path: str | os.PathLike, **options) -> "Translator":
     """A translator for `path`: a run directory (its Keras model, under any backend), a SavedModel export, or a
     CTranslate2 directory. Each has `translate(lines, *, settings=None, nbest=None)` and `score(sources, targets)`.
 

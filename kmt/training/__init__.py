@@ -7,15 +7,27 @@ throughput, val BLEU), `control` (early stopping, time budget, late dropout, sto
 """
 
 import contextlib
+import os
 from pathlib import Path
+
+from omegaconf import DictConfig
 
 from kmt import config as config_lib
 from kmt.run_dir import RunLock
 
 
-def train(cfg, run_dir):
-    """Trains (or resumes) the run in `run_dir` and returns its metrics (`metrics.json`'s: train, val, test, export;
-    None on a distributed run's workers other than the chief). `cfg` is read, never changed."""
+def train(cfg: DictConfig, run_dir: str | os.PathLike) -> dict | None:
+    """Trains (or resumes) a run: prepares the data and model, fits, then saves, averages, scores and exports.
+
+    Args:
+        cfg: the run's config (`kmt.compose_config`, or what `kmt-train` composes); read, never changed. What the
+            run resolves (the precision, XLA, a prepared directory's batching) is recorded in its `config.yaml`.
+        run_dir: the run directory, made if missing; a directory holding a resume state resumes.
+
+    Returns:
+        The run's metrics, as in its `metrics.json` (`train`, `val`, `test`, `export`); None on a distributed run's
+        workers other than the chief.
+    """
     # Imported here, not above: the callbacks modules need no TensorFlow, and the JAX bench imports them without it.
     from kmt.training.distribute import check, quiet_worker, worker
     from kmt.training.finish import finish
