@@ -53,12 +53,13 @@ def load_run_keras(run_dir: "str | Path") -> tuple:
     import keras
 
     from kmt.build import build_model
-    from kmt.models import Seq2SeqModel
+    from kmt.models import Seq2SeqModel, model_class
     from kmt.tokenizer import Vocabularies
 
     run = RunDir(run_dir)
     cfg = run.read_config()
     vocabularies = Vocabularies.load(run.tokenizer)
+    model_class(cfg.model.arch)  # its module imported: the class registered with Keras
     model = keras.saving.load_model(run.model, compile=False)
     if not isinstance(model, Seq2SeqModel):
         model = build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size, "float32")

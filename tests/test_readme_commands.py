@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from kmt.cli.errors import check_overrides
-from kmt.config import config_dir
 from tests.helpers import code_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,7 +106,7 @@ def test_the_pages_commands_run_as_written(smoke_run, tmp_path, monkeypatch):
                 continue
             argv = split.stdout.split("\0")[:-1]
             try:
-                check_overrides(config_dir(), "config", argv)
+                check_overrides(argv)
             except SystemExit as error:
                 failures.append(f"{line}: its overrides are refused ({error.code})")
             continue

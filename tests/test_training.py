@@ -370,17 +370,20 @@ def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
         ("trainer.monitor=val_bleu", "trainer.monitor=val_bleu needs trainer.val_bleu=true"),
         ("trainer.patience=-1", "trainer.patience must be >= 0. Received: -1"),
         ("optim.gradient_accumulation_steps=0", "optim.gradient_accumulation_steps must be positive. Received: 0"),
-        ("decode.sampling_topk=-1 decode.beam_size=1", "decode.sampling_topk must be >= 0. Received: -1"),
+        ("decode.sampling_topk=-1 decode.beam_size=1", "decode.sampling_topk must be >= 0. Received: sampling_topk=-1"),
         (
             "decode.sampling_topk=0 decode.beam_size=4",
-            "samples with decode.beam_size=1 only. Received: sampling_topk=0, beam_size=4",
+            "decode.sampling_topk samples with beam_size=1 only. Received: sampling_topk=0, beam_size=4",
         ),
-        ("decode.sampling_temperature=0", "decode.sampling_temperature must be positive. Received: 0"),
+        (
+            "decode.sampling_temperature=0",
+            "decode.sampling_temperature must be positive. Received: sampling_temperature=0.0",
+        ),
         (
             "decode.sampling_topp=1.5 decode.sampling_topk=0 decode.beam_size=1",
-            "decode.sampling_topp must be in (0, 1]. Received: 1.5",
+            "decode.sampling_topp must be in (0, 1]. Received: sampling_topp=1.5",
         ),
-        ("decode.sampling_topp=0.9", "decode.sampling_topp applies to sampling: set decode.sampling_topk=0"),
+        ("decode.sampling_topp=0.9", "decode.sampling_topp applies to sampling: set sampling_topk=0"),
     ],
 )
 def test_bad_values_are_rejected_before_any_data_is_read(override, message):

@@ -113,6 +113,9 @@ def main(argv=None):
             )
         # Files of translations are read first: a mistake in one stops before any model loads.
         compare = {system: read_lines(system) for system in args.compare or [] if not Path(system).is_dir()}
+        for system, lines in compare.items():
+            if len(lines) != len(test):
+                raise DataError(f"{system} has {len(lines)} lines but {args.source} has {len(test)}")
         translator = load(args.export_dir, batch_size=args.batch_size)
         compare = {
             system: compare[system] if system in compare else load(system, batch_size=args.batch_size)
