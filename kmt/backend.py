@@ -4,7 +4,6 @@
 Each question is asked of the backend's own library, so a JAX or PyTorch process never imports TensorFlow here.
 """
 
-import importlib
 import logging
 import sys
 
@@ -58,15 +57,6 @@ def resolve_jit_compile(jit_compile):
         return bool(jit_compile)
     backend = name()
     return backend == "jax" or (backend == "tensorflow" and gpu_capability() is not None)
-
-
-def tensorflow_importable():
-    """Whether `import tensorflow` works here (it does import it, so ask only when about to use it)."""
-    try:
-        importlib.import_module("tensorflow")
-    except ImportError:
-        return False
-    return True
 
 
 def keep_tensorflow_out():

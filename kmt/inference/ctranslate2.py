@@ -29,7 +29,7 @@ from pathlib import Path
 
 from kmt.errors import KmtError
 from kmt.inference.settings import SearchSettings
-from kmt.inference.translators import BatchedTranslator, Hypothesis, Score
+from kmt.inference.translators import BatchedTranslator, Hypothesis, Score, scorable
 from kmt.run_dir import read_json, write_atomically
 from kmt.special_ids import END_ID, PAD_ID
 from kmt.tokenizer import Vocabularies
@@ -220,11 +220,7 @@ class CT2Translator(BatchedTranslator):
         """As the SavedModel's `score`: the log-probabilities of the target's tokens and the end token."""
         source_rows = self.vocabularies.source.encode(sources)
         target_rows = self.vocabularies.target.encode(targets)
-        fits = [
-            i
-            for i, (s, t) in enumerate(zip(source_rows, target_rows))
-            if 0 < len(s) <= self.max_length and len(t) < self.max_length
-        ]
+        fits = scorable(source_rows, target_rows, self.max_length)
         results = [Score(math.nan, len(t) + 1) for t in target_rows]
         if fits:
             outputs = self.translator.score_batch(

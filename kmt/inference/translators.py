@@ -128,6 +128,15 @@ class BatchedTranslator:
         raise NotImplementedError
 
 
+def scorable(source_rows, target_rows, max_length):
+    """The indices of the pairs a model of `max_length` scores, as the SavedModel's `score` does: a source of 1 to
+    `max_length` tokens, a target shorter than `max_length` (the start token and its tokens need a position each, as
+    in training). The others score NaN."""
+    return [
+        i for i, (s, t) in enumerate(zip(source_rows, target_rows)) if 0 < len(s) <= max_length and len(t) < max_length
+    ]
+
+
 def padded(rows, width=None):
     """Rows of ids as an int32 `(B, max(1, longest))` array, pad 0 after each (cut to `width` ids)."""
     rows = [row[:width] for row in rows]
@@ -200,12 +209,7 @@ class KerasTranslator(BatchedTranslator):
 
         source_rows = self.vocabularies.source.encode(sources)
         target_rows = self.vocabularies.target.encode(targets)
-        # As the SavedModel's `score`: the start token and the target's tokens need a position each, as in training.
-        fits = [
-            i
-            for i, (s, t) in enumerate(zip(source_rows, target_rows))
-            if 0 < len(s) <= self.max_length and len(t) < self.max_length
-        ]
+        fits = scorable(source_rows, target_rows, self.max_length)
         results = [Score(math.nan, len(t) + 1) for t in target_rows]
         if fits:
             scores, _ = score_ids(

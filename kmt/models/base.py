@@ -3,6 +3,8 @@ backbone shape: `__init__` makes the layers as attributes, wires the graph and c
 `super().__init__(inputs=..., outputs=...)`; `get_config()` returns the `__init__` arguments) whose decoding face is
 methods, so search, scoring and export run any registered architecture without asking which it is."""
 
+import inspect
+
 import keras
 from keras import ops
 
@@ -33,8 +35,11 @@ class Seq2SeqModel(keras.Model):
 
     @classmethod
     def from_model_config(cls, model_cfg, source_vocab_size: int, target_vocab_size: int) -> "Seq2SeqModel":
-        """The model of `model_cfg` (the config's `model` group) for vocabularies of these sizes."""
-        raise NotImplementedError
+        """The model of `model_cfg` (the config's `model` group) for vocabularies of these sizes: each `__init__`
+        argument the group names (`num_layers`, `hidden_dim`, ...) takes the group's value, the rest its default."""
+        arguments = inspect.signature(cls.__init__).parameters
+        given = {name: model_cfg[name] for name in arguments if name not in ("self", "name") and name in model_cfg}
+        return cls(vocab_size=source_vocab_size, target_vocab_size=target_vocab_size, **given)
 
     def encode(self, source):
         """The encoder (no dropout): int `source` `(B, S)` -> (`encoder_outputs` `(B, S, D)`, `source_mask`

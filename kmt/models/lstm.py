@@ -137,21 +137,6 @@ class LSTM(Seq2SeqModel):
             "score": self.score,
         }
 
-    @classmethod
-    def from_model_config(cls, model_cfg, source_vocab_size, target_vocab_size):
-        return cls(
-            vocab_size=source_vocab_size,
-            target_vocab_size=target_vocab_size,
-            num_layers=model_cfg.num_layers,
-            num_decoder_layers=model_cfg.num_decoder_layers,
-            hidden_dim=model_cfg.hidden_dim,
-            dropout=model_cfg.dropout,
-            max_length=model_cfg.max_length,
-            shared_embeddings=model_cfg.shared_embeddings,
-            tied_output=model_cfg.tied_output,
-            score=model_cfg.score,
-        )
-
     # === Decoding ===
     def encode(self, source):
         x = self.source_embedding(source)  # (B, S, D)

@@ -190,28 +190,6 @@ class Transformer(Seq2SeqModel):
             "layer_norm_epsilon": self.layer_norm_epsilon,
         }
 
-    @classmethod
-    def from_model_config(cls, model_cfg, source_vocab_size, target_vocab_size):
-        return cls(
-            vocab_size=source_vocab_size,
-            target_vocab_size=target_vocab_size,
-            num_layers=model_cfg.num_layers,
-            num_decoder_layers=model_cfg.num_decoder_layers,
-            hidden_dim=model_cfg.hidden_dim,
-            num_heads=model_cfg.num_heads,
-            intermediate_dim=model_cfg.intermediate_dim,
-            dropout=model_cfg.dropout,
-            max_length=model_cfg.max_length,
-            shared_embeddings=model_cfg.shared_embeddings,
-            tied_output=model_cfg.tied_output,
-            norm_first=model_cfg.norm_first,
-            attention_dropout=model_cfg.attention_dropout,
-            activation_dropout=model_cfg.activation_dropout,
-            learned_positions=model_cfg.learned_positions,
-            source_word_dropout=model_cfg.source_word_dropout,
-            target_word_dropout=model_cfg.target_word_dropout,
-        )
-
     # === Decoding ===
     def encode(self, source):
         source_mask = source_attention_mask(source)  # (B, 1, S)
