@@ -463,3 +463,15 @@ def test_a_reader_that_stops_early_ends_a_console_script_quietly(script):
     finally:
         os.close(write)
     assert result.returncode == 1 and result.stderr == "", result.stderr[-2000:]
+
+
+def test_translate_takes_a_run_directory(smoke_run):
+    lines = "Tuesday, March 5, 1996\n5 june 2001\n\n"
+    from_run, from_export = (
+        run_cli("translate", path, "--scores", input=lines) for path in (smoke_run, smoke_run / "export")
+    )
+    assert from_run.returncode == 0, from_run.stderr[-2000:]
+    texts = [line.split("\t", 1)[1] for line in from_run.stdout.splitlines()]
+    assert texts == [line.split("\t", 1)[1] for line in from_export.stdout.splitlines()] and texts[0]
+    beam = run_cli("translate", smoke_run, "--beam-size", "2", input=lines)  # a run searches as asked
+    assert beam.returncode == 0 and len(beam.stdout.splitlines()) == 3, beam.stderr[-2000:]

@@ -519,3 +519,13 @@ def test_a_ctranslate2_directory_is_served_with_the_saved_models_answers(smoke_r
         ]
     finally:
         assert running.stop() == 0
+
+
+def test_a_run_directory_is_served_with_the_saved_models_answers(smoke_run, serial):
+    running = Server(smoke_run)  # `kmt-serve RUN_DIR`: the run's Keras model, searching with its decode settings
+    try:
+        status, _, body = running.post("/translate", {"text": SENTENCES[:8]})
+        assert status == 200, body
+        assert body["translations"] == [serial[sentence][0] for sentence in SENTENCES[:8]]
+    finally:
+        assert running.stop() == 0
