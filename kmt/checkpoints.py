@@ -79,12 +79,12 @@ FINE_TUNABLE = (
 )
 
 
-def init_source(init_from, model_cfg):
-    """Where a fine-tuning run (`trainer.init_from`) starts: `(run_dir, weights_path)`.
+def init_source(init_from):
+    """Where a fine-tuning run (`trainer.init_from`) starts: `(run_dir, weights_path, model)`, `model` the run's
+    `model` settings (what `fine_tuned_model` takes the shape from).
 
     `init_from` is a run directory (its last epoch checkpoint) or a `.weights.h5` file in a run's `checkpoints/`
-    (e.g. `average_last5.weights.h5` or `best.weights.h5`). Raises `KmtError` when it is neither, or when the run's
-    `model.*` settings differ from `model_cfg` in anything but `FINE_TUNABLE`.
+    (e.g. `average_last5.weights.h5` or `best.weights.h5`). Raises `KmtError` when it is neither.
     """
     from kmt.tokenizer import Vocabularies
 
@@ -102,17 +102,18 @@ def init_source(init_from, model_cfg):
             "tokenizer/); pass a run directory or a .weights.h5 file in its checkpoints/"
         )
     weights = weights or run.checkpoints.find("last")
-    saved = run.read_config().model
-    different = [key for key in model_cfg if key not in FINE_TUNABLE and saved[key] != model_cfg[key]]
-    if different:
-        raise KmtError(
-            f"trainer.init_from: {run_dir} was trained with "
-            + ", ".join(f"model.{key}={saved[key]}" for key in different)
-            + "; this run has "
-            + ", ".join(f"model.{key}={model_cfg[key]}" for key in different)
-            + "; set them to match (only the dropouts may differ)"
-        )
-    return run_dir, weights
+    return run_dir, weights, run.read_config().model
+
+
+def fine_tuned_model(model_cfg, start_model) -> dict:
+    """The `model` settings of a fine-tuning run: the shape of the model it starts from (`start_model`, every
+    setting but `FINE_TUNABLE`), the dropouts of its own `model_cfg`. Logs the settings it takes that `model_cfg`
+    has otherwise."""
+    shape = {key: value for key, value in start_model.items() if key not in FINE_TUNABLE}
+    taken = [f"model.{key}={value}" for key, value in shape.items() if key in model_cfg and model_cfg[key] != value]
+    if taken:
+        logger.info("fine-tuning keeps the shape of the model it starts from: %s", ", ".join(taken))
+    return shape
 
 
 def early_averaging_warning(count, epochs, run_root):

@@ -11,11 +11,14 @@ becoming `<unk>`.
 Reserved ids, the same in every vocabulary: pad=0, unk=1, start (BOS)=2, end (EOS)=3.
 
 A run keeps its vocabularies in `<run>/tokenizer/`: `joint.model` (+ `joint.vocab`, human-readable) when source
-and target share one vocabulary, otherwise `source.model` and `target.model`.
+and target share one vocabulary, otherwise `source.model` and `target.model`. An imported Marian vocabulary
+(`kmt.importers.marian`) is two SentencePiece models over one shared id space whose source side ends with the end
+token; `options.json` says so.
 """
 
 import io
 import itertools
+import json
 import logging
 import os
 import threading
@@ -40,6 +43,8 @@ class Tokenizer:
 
     Args:
         model_proto: bytes. A serialized SentencePiece model, as written by `train_tokenizer`.
+        append_end: bool. End every tokenized string with the end token (`END_ID`), as MarianTokenizer ends a
+            source. Defaults to `False` (kmt's own vocabularies: the data pipeline adds start and end to targets).
 
     Caution: `tf.random.set_seed` (and so `keras.utils.set_random_seed`) clears TensorFlow's eager kernel cache,
     which deletes the SentencePiece resource of every tokenizer made before it. Seed first, then make tokenizers.
@@ -50,8 +55,9 @@ class Tokenizer:
     <tf.Tensor: shape=(1,), dtype=string, numpy=array([b'small lines'], dtype=object)>
     """
 
-    def __init__(self, model_proto):
+    def __init__(self, model_proto, append_end=False):
         self.model_proto = model_proto
+        self.append_end = append_end
         self._tf_op = None
         self._processor = processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
         self.vocab_size = processor.get_piece_size()
@@ -66,20 +72,29 @@ class Tokenizer:
             import tensorflow as tf
             import tensorflow_text as tf_text
 
-            self._tf_op = tf_text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32)
+            self._tf_op = tf_text.SentencepieceTokenizer(
+                model=self.model_proto, out_type=tf.int32, add_eos=self.append_end
+            )
         return self._tf_op
 
+    @property
+    def added(self):
+        """How many ids `encode` and `tokenize` add to every string: 1 with `append_end`, else 0. A string of no
+        more ids than this is empty."""
+        return int(self.append_end)
+
     def encode(self, strings):
-        """A list of str -> a list of int32 numpy arrays of ids, no start or end token (the best segmentation, the
-        ids `tokenize` gives)."""
-        return [np.asarray(ids, np.int32) for ids in self._processor.encode(list(strings))]
+        """A list of str -> a list of int32 numpy arrays of ids, no start token and no end token unless `append_end`
+        (the best segmentation, the ids `tokenize` gives)."""
+        return [np.asarray(ids, np.int32) for ids in self._processor.encode(list(strings), add_eos=self.append_end)]
 
     def decode(self, rows):
         """Rows of ids (lists or arrays) -> a list of str, as `detokenize`: special ids decode to nothing."""
         return [self._processor.decode([int(i) for i in row if i > END_ID]) for row in rows]
 
     def tokenize(self, strings):
-        """`(N,)` tf.string -> `(N, None)` int32 RaggedTensor of ids, no start or end token."""
+        """`(N,)` tf.string -> `(N, None)` int32 RaggedTensor of ids, no start token and no end token unless
+        `append_end`."""
         return self._op.tokenize(strings)
 
     def detokenize(self, ids):
@@ -132,7 +147,9 @@ class Tokenizer:
         # threads: set the seed and encode under one lock, on one thread (threads would draw in any order).
         with _SAMPLING:
             sentencepiece.set_random_generator_seed(seed)
-            ids = self._processor.encode(list(strings), enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
+            ids = self._processor.encode(
+                list(strings), enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1, add_eos=self.append_end
+            )
         values = np.fromiter((i for row in ids for i in row), dtype=np.int32)
         return values, np.array([len(row) for row in ids], dtype=np.int64)
 
@@ -149,12 +166,12 @@ class Tokenizer:
         write_atomically(path.with_suffix(".vocab"), "\n".join(pieces) + "\n")
 
     @classmethod
-    def load(cls, path):
+    def load(cls, path, append_end=False):
         path = Path(path).with_suffix(".model")
         if not path.is_file():
             raise DataError(f"no tokenizer model at {path}")
         try:
-            return cls(path.read_bytes())
+            return cls(path.read_bytes(), append_end)
         except DataError:
             raise
         except Exception as error:  # sentencepiece and tensorflow-text refuse a damaged model, each in its words
@@ -236,22 +253,32 @@ def train_tokenizer(
 
 @dataclass(frozen=True)
 class Vocabularies:
-    """The source and target tokenizers of a run; one object twice when the vocabulary is joint."""
+    """The source and target tokenizers of a run; one object twice when the vocabulary is joint.
+
+    `shared_ids`: two SentencePiece models, one per side, that give ids in one shared vocabulary (what a Marian
+    checkpoint's `source.spm`, `target.spm` and `vocab.json` make once imported): joint for the model (one embedding
+    fits both sides), two tokenizers for the text.
+    """
 
     source: Tokenizer
     target: Tokenizer
+    shared_ids: bool = False
 
     @property
     def joint(self):
-        return self.source is self.target
+        """One id space for both sides: one embedding can serve source and target."""
+        return self.source is self.target or self.shared_ids
 
     def save(self, directory):
         directory = Path(directory)
-        if self.joint:
+        if self.source is self.target:
             self.source.save(directory / "joint")
         else:
             self.source.save(directory / "source")
             self.target.save(directory / "target")
+        options = {"shared_ids": self.shared_ids, "source_appends_end": self.source.append_end}
+        if any(options.values()):
+            write_atomically(directory / "options.json", json.dumps(options, indent=2) + "\n")
 
     def same_as(self, other):
         """Whether `other` holds the same vocabularies: byte-identical SentencePiece models, joint or not alike."""
@@ -259,6 +286,7 @@ class Vocabularies:
             self.joint == other.joint
             and self.source.model_proto == other.source.model_proto
             and self.target.model_proto == other.target.model_proto
+            and self.source.append_end == other.source.append_end
         )
 
     @classmethod
@@ -267,7 +295,14 @@ class Vocabularies:
         if (directory / "joint.model").is_file():
             tokenizer = Tokenizer.load(directory / "joint")
             return cls(tokenizer, tokenizer)
-        return cls(Tokenizer.load(directory / "source"), Tokenizer.load(directory / "target"))
+        options = {}
+        if (directory / "options.json").is_file():
+            try:
+                options = json.loads((directory / "options.json").read_text(encoding="utf-8"))
+            except ValueError as error:
+                raise unreadable(directory / "options.json", error, "import the model again") from None
+        source = Tokenizer.load(directory / "source", append_end=bool(options.get("source_appends_end")))
+        return cls(source, Tokenizer.load(directory / "target"), bool(options.get("shared_ids")))
 
     @classmethod
     def exists(cls, directory):

@@ -164,7 +164,8 @@ class CT2Translator(BatchedTranslator):
         results = [([], 0.0)] * len(rows)
         alpha = settings.length_penalty if settings.beam_size > 1 else 0  # CTranslate2 would divide greedy scores too
         search = dict(beam_size=settings.beam_size, length_penalty=alpha)
-        padded = self._search_rows(rows, limits, [i for i, row in enumerate(rows) if row], results, search)
+        nonempty = [i for i, row in enumerate(rows) if len(row) > self.vocabularies.source.added]
+        padded = self._search_rows(rows, limits, nonempty, results, search)
         # kmt never emits the pad token. Suppressing it in CTranslate2 would renormalise the other tokens'
         # probabilities (kmt leaves pad's share out instead), so only a sentence that emitted it is decoded again.
         self._search_rows(rows, limits, padded, results, dict(search, suppress_sequences=[[self.pad_piece]]))
@@ -220,7 +221,7 @@ class CT2Translator(BatchedTranslator):
         """As the SavedModel's `score`: the log-probabilities of the target's tokens and the end token."""
         source_rows = self.vocabularies.source.encode(sources)
         target_rows = self.vocabularies.target.encode(targets)
-        fits = scorable(source_rows, target_rows, self.max_length)
+        fits = scorable(source_rows, target_rows, self.max_length, self.vocabularies.source.added)
         results = [Score(math.nan, len(t) + 1) for t in target_rows]
         if fits:
             outputs = self.translator.score_batch(

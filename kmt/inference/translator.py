@@ -84,7 +84,7 @@ class TranslatorModule(tf.Module):
                 use_cache=use_cache,
                 random_uniform=lambda shape: tf.random.uniform(shape),  # a stateful op: new draws every call
             )
-            return tokens, tf.cast(scores, tf.float32), tf.equal(ids.row_lengths(), 0)
+            return tokens, tf.cast(scores, tf.float32), ids.row_lengths() <= source_tokenizer.added
 
         # Traced once: both signatures call this graph function. It searches for the K best, so its early stop
         # waits until no alive beam can still enter them (or K have finished); the best is the same as a 1-best
@@ -117,7 +117,8 @@ class TranslatorModule(tf.Module):
             # would be scored as another pair, and an empty source is nothing the model was trained to translate
             # (training drops such pairs), so these get NaN instead.
             source_lengths = source_ids.row_lengths()
-            fits = (source_lengths > 0) & (source_lengths <= max_length) & (target_ids.row_lengths() < max_length)
+            fits = (source_lengths > source_tokenizer.added) & (source_lengths <= max_length)
+            fits &= target_ids.row_lengths() < max_length
             source_ids = source_ids[:, :max_length].to_tensor(default_value=PAD_ID)
             source_ids = tf.pad(source_ids, [[0, 0], [0, tf.maximum(1 - tf.shape(source_ids)[1], 0)]])
             padded_target = target_ids[:, : max_length - 1].to_tensor(default_value=PAD_ID)

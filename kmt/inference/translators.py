@@ -128,12 +128,14 @@ class BatchedTranslator:
         raise NotImplementedError
 
 
-def scorable(source_rows, target_rows, max_length):
+def scorable(source_rows, target_rows, max_length, added=0):
     """The indices of the pairs a model of `max_length` scores, as the SavedModel's `score` does: a source of 1 to
-    `max_length` tokens, a target shorter than `max_length` (the start token and its tokens need a position each, as
-    in training). The others score NaN."""
+    `max_length` tokens (more than the `added` ones its tokenizer ends every string with), a target shorter than
+    `max_length` (the start token and its tokens need a position each, as in training). The others score NaN."""
     return [
-        i for i, (s, t) in enumerate(zip(source_rows, target_rows)) if 0 < len(s) <= max_length and len(t) < max_length
+        i
+        for i, (s, t) in enumerate(zip(source_rows, target_rows))
+        if added < len(s) <= max_length and len(t) < max_length
     ]
 
 
@@ -182,7 +184,9 @@ class KerasTranslator(BatchedTranslator):
         texts = self.vocabularies.target.decode(tokens.reshape(-1, tokens.shape[-1]))
         return [
             [
-                Hypothesis(texts[i * nbest + k], float(scores[i, k])) if len(row) else Hypothesis("", 0.0)
+                Hypothesis(texts[i * nbest + k], float(scores[i, k]))
+                if len(row) > self.vocabularies.source.added
+                else Hypothesis("", 0.0)
                 for k in range(nbest)
             ]
             for i, row in enumerate(rows)
@@ -209,7 +213,7 @@ class KerasTranslator(BatchedTranslator):
 
         source_rows = self.vocabularies.source.encode(sources)
         target_rows = self.vocabularies.target.encode(targets)
-        fits = scorable(source_rows, target_rows, self.max_length)
+        fits = scorable(source_rows, target_rows, self.max_length, self.vocabularies.source.added)
         results = [Score(math.nan, len(t) + 1) for t in target_rows]
         if fits:
             scores, _ = score_ids(

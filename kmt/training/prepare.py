@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from kmt import backend
 from kmt import config as config_lib
 from kmt.build import build_model, build_schedule, compile_model
-from kmt.checkpoints import init_source, load_weights
+from kmt.checkpoints import fine_tuned_model, init_source, load_weights
 from kmt.data.batches import Batcher, keras_data
 from kmt.data.prepared import prepare_data
 from kmt.data.shards import PreparedData
@@ -38,6 +38,7 @@ class Resolved:
     jit_compile: bool  # trainer.jit_compile=auto: XLA on an accelerator
     verbose: int  # trainer.verbose, or 0 (no progress bar) on a distributed run's workers other than the chief
     data: dict = field(default_factory=dict)  # data=prepared: the batching settings of the prepared directory
+    model: dict = field(default_factory=dict)  # trainer.init_from: the shape of the model fine-tuning starts from
 
 
 def run_config(cfg, resolved):
@@ -51,6 +52,7 @@ def run_config(cfg, resolved):
                 "verbose": resolved.verbose,
             },
             "data": resolved.data,
+            "model": resolved.model,
         },
     )
     OmegaConf.set_readonly(merged, True)
@@ -106,8 +108,13 @@ def prepare(cfg, run_dir, verbose=None):
     epochs_done = run.checkpoints.epochs_in_backup() if resuming else 0
     # Fine-tuning starts from another run, unless this run is resuming: then its own resume state has the weights.
     init_run, init_weights = None, None
-    if cfg.trainer.init_from and not resuming:
-        init_run, init_weights = init_source(cfg.trainer.init_from, cfg.model)
+    if cfg.trainer.init_from:  # the model's shape is the starting run's (recorded in this run's config.yaml)
+        if resuming:
+            start_model = run.read_config().model
+        else:
+            init_run, init_weights, start_model = init_source(cfg.trainer.init_from)
+        resolved.model = fine_tuned_model(cfg.model, start_model)
+        cfg = run_config(cfg, resolved)
 
     record = OmegaConf.to_yaml(cfg, resolve=True)  # what a corpus prepared into the run records
     data, vocabularies = prepared_data(cfg.data, cfg.model, run, record, init_run, writes=placement.chief)
