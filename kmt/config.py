@@ -256,11 +256,12 @@ def validate(cfg):
     job_free = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "output_dir"])  # which a job resolves
     missing = sorted(OmegaConf.missing_keys(job_free))
     _check(not missing, f"{', '.join(missing)} must be set, e.g. {missing[0] if missing else ''}=VALUE")
-    if not OmegaConf.is_interpolation(cfg, "output_dir"):  # ${hydra:runtime.output_dir}, resolved in the job only
-        _check(
-            cfg.output_dir is None,
-            f"output_dir is the Hydra job's directory: set hydra.run.dir instead. Received: {cfg.output_dir!r}",
-        )
+    # output_dir: null, or ${hydra:runtime.output_dir}, which only the job resolves (older configs lack the key)
+    output_dir = None if OmegaConf.is_interpolation(cfg, "output_dir") else cfg.get("output_dir")
+    _check(
+        output_dir is None,
+        f"output_dir is the Hydra job's directory: set hydra.run.dir instead. Received: {output_dir!r}",
+    )
     model, data, optim, trainer, decode = cfg.model, cfg.data, cfg.optim, cfg.trainer, cfg.decode
     _check(data.name in DATASETS, f"data.name must be one of {', '.join(DATASETS)}. Received: {data.name!r}")
     for key, seed in (("seed", cfg.seed), ("data.seed", data.seed)):  # what NumPy's generators take
