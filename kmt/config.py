@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, read_write
 
 from kmt.errors import ConfigError
 from kmt.models.registry import model_archs
@@ -166,6 +166,10 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)  # Adam, the Noam schedule and the loss
     trainer: TrainerConfig = field(default_factory=TrainerConfig)  # the model.fit loop, checkpoints and export
     decode: DecodeConfig = field(default_factory=DecodeConfig)  # search for val/test scores and the export
+    output_dir: str | None = None  # where kmt-train and kmt-prepare write: Hydra's output directory of the job
+    # (hydra.run.dir, or a sweep job's under hydra.sweep.dir), which conf/config.yaml reads with
+    # ${hydra:runtime.output_dir}; set hydra.run.dir, not this. Null once validated (kmt.compose_config, a run's
+    # config.yaml): kmt.train takes its run directory as an argument
 
 
 def onto_schema(saved):
@@ -236,6 +240,8 @@ def validated(cfg):
     """A validated, read-only copy of `cfg`: what a run works from (what a run resolves is recorded apart from it)."""
     validate(cfg)
     cfg = copy.deepcopy(cfg)
+    with read_write(cfg):
+        cfg.output_dir = None  # a Hydra job's directory, which only that job resolves: kmt.train's run_dir says where
     OmegaConf.set_readonly(cfg, True)
     return cfg
 
@@ -247,8 +253,15 @@ def _check(condition, message):
 
 def validate(cfg):
     """Checks what the schema's types cannot, naming the key and the value received."""
-    missing = sorted(OmegaConf.missing_keys(cfg))
+    job_free = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "output_dir"])  # which a job resolves
+    missing = sorted(OmegaConf.missing_keys(job_free))
     _check(not missing, f"{', '.join(missing)} must be set, e.g. {missing[0] if missing else ''}=VALUE")
+    # output_dir: null, or ${hydra:runtime.output_dir}, which only the job resolves (older configs lack the key)
+    output_dir = None if OmegaConf.is_interpolation(cfg, "output_dir") else cfg.get("output_dir")
+    _check(
+        output_dir is None,
+        f"output_dir is the Hydra job's directory: set hydra.run.dir instead. Received: {output_dir!r}",
+    )
     model, data, optim, trainer, decode = cfg.model, cfg.data, cfg.optim, cfg.trainer, cfg.decode
     _check(data.name in DATASETS, f"data.name must be one of {', '.join(DATASETS)}. Received: {data.name!r}")
     for key, seed in (("seed", cfg.seed), ("data.seed", data.seed)):  # what NumPy's generators take

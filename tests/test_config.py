@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from kmt.config import Config, composing
+from kmt.config import Config, compose_config, composing
+from kmt.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"  # what the wheel ships as kmt/conf
@@ -43,7 +44,17 @@ def test_kmt_train_with_no_overrides_runs_the_schema_defaults():
     for node in (*SCHEMA_GROUPS, "decode"):
         assert OmegaConf.to_container(cfg[node]) == OmegaConf.to_container(schema[node]), node
     assert cfg.seed == schema.seed
-    assert OmegaConf.to_yaml(cfg) == OmegaConf.to_yaml(schema)  # name (${data.name}) too, unresolved
+    # conf/config.yaml adds only the job's directory, which a Hydra job resolves; name (${data.name}) too, unresolved
+    assert OmegaConf.to_yaml(cfg) == OmegaConf.to_yaml(schema).replace(
+        "output_dir: null", "output_dir: ${hydra:runtime.output_dir}"
+    )
+
+
+def test_the_job_directory_is_hydras_and_a_validated_config_holds_none():
+    assert OmegaConf.is_interpolation(composed(), "output_dir")
+    assert compose_config("debug=smoke").output_dir is None
+    with pytest.raises(ConfigError, match="set hydra.run.dir instead"):
+        compose_config("output_dir=elsewhere")
 
 
 @pytest.mark.parametrize("option", ["data/dates", "model/tiny", "optim/noam", "trainer/default"])

@@ -5,7 +5,6 @@ import logging
 import sys
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from kmt.cli import console_script
@@ -21,15 +20,15 @@ RUN_DIR = "hydra.run.dir=runs/prepared/${name}/${now:%Y-%m-%d_%H-%M-%S}"
 
 @hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")
 def run(cfg):
-    from kmt.config import validate
+    from kmt.config import validated
     from kmt.data.prepared import prepare_data
     from kmt.errors import ConfigError
 
     with exit_on_user_error():
-        validate(cfg)
+        directory = cfg.output_dir  # ${hydra:runtime.output_dir}: this job's directory
+        cfg = validated(cfg)
         if cfg.data.name == "prepared":
             raise ConfigError("kmt-prepare reads a corpus: data=prepared is what kmt-train reads its output with")
-        directory = HydraConfig.get().runtime.output_dir
         data = prepare_data(cfg.data, cfg.model, directory, OmegaConf.to_yaml(cfg, resolve=True))
         meta = data.meta
         sizes = sum(path.stat().st_size for path in data.directory.iterdir() if path.suffix in (".ids", ".npy"))

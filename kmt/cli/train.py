@@ -4,7 +4,6 @@ import logging
 import sys
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 
 from kmt.cli import console_script
 from kmt.cli.errors import check_overrides, exit_on_user_error, quiet_tensorflow
@@ -22,7 +21,7 @@ def run(cfg):
     quiet_tensorflow()
 
     with exit_on_user_error():
-        metrics = train(cfg, HydraConfig.get().runtime.output_dir)
+        metrics = train(cfg, cfg.output_dir)  # ${hydra:runtime.output_dir}: this job's directory
     # What a sweeper optimises: the validation objective (None on a distributed run's workers but the chief).
     return metrics["val"][cfg.trainer.objective] if metrics and "val" in metrics else None
 
