@@ -173,7 +173,8 @@ class Transformer(Seq2SeqModel):
         logits = (
             self.output_projection(y) if self.output_projection else self.target_embedding(y, reverse=True)
         )  # (B, T, V)
-        self.output_bias = Bias(name="output_bias") if output_bias else None
+        # The bias is added in float32 whatever the compute dtype (its layer casts the logits up first).
+        self.output_bias = Bias(dtype="float32", name="output_bias") if output_bias else None
         if self.output_bias:
             logits = self.output_bias(logits)  # (B, T, V)
         # Logits leave in float32 whatever the compute dtype, so the softmax and the loss are computed in float32.
