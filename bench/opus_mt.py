@@ -57,12 +57,11 @@ def size_mib(path):
 def main(argv=None):
     args = parse_args(argv)
     import decode_speed
-    from marian_checkpoint import make_checkpoint
-
     import kmt
     from kmt.cli.errors import quiet_tensorflow
     from kmt.importers.marian import import_marian
     from kmt.tokenizer import Vocabularies
+    from marian_checkpoint import make_checkpoint
 
     quiet_tensorflow()
     shape = TINY if args.tiny else OPUS_MT

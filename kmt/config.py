@@ -23,6 +23,8 @@ DATASETS = ("dates", "multi30k", "spa_eng", "parallel", "prepared")
 MONITORS = ("val_loss", "val_ppl", "val_accuracy", "val_bleu")  # what trainer.monitor may name
 INHERITED = ("max_tokens", "batch_size", "bucket_width", "pad_to_bucket", "subword_sampling")  # data=prepared's
 OBJECTIVES = ("loss", "ppl", "accuracy", "bleu", "chrf", "exact_match")  # what trainer.objective may name
+ACTIVATIONS = ("relu", "gelu", "swish", "silu")  # what model.activation may name (swish and silu are one function)
+POSITION_LAYOUTS = ("interleaved", "halves")  # what model.position_layout may name
 
 
 @dataclass
@@ -82,7 +84,7 @@ class ModelConfig:
     intermediate_dim: int = 256  # d_ff of the feed-forward networks (the paper's base: 2048)
     dropout: float = 0.1  # P_drop: residual and embedding dropout (the paper's base: 0.1)
     attention_dropout: float = 0.0  # dropout on attention weights
-    activation_dropout: float = 0.0  # dropout after the feed-forward ReLU
+    activation_dropout: float = 0.0  # dropout after the feed-forward activation
     late_dropout: float | None = None  # residual and embedding dropout from epoch late_dropout_after + 1 on, in
     # place of model.dropout ("late dropout", Liu et al., 2023: learn fast, then regularize); null: off
     late_dropout_after: int = 0  # epochs trained with model.dropout before late_dropout takes over
@@ -94,6 +96,9 @@ class ModelConfig:
     shared_embeddings: bool = True  # one joint vocabulary and embedding for source and target
     tied_output: bool = True  # pre-softmax projection = target embedding transposed
     learned_positions: bool = False  # learned (BERT-style) instead of sinusoidal positions
+    position_layout: str = "interleaved"  # sinusoids: interleaved sin/cos (the paper's) or halves (Marian's)
+    activation: str = "relu"  # feed-forward inner activation: relu (the paper's), gelu, or swish/silu (Marian's)
+    output_bias: bool = False  # a learned bias on the tied projection's logits (Marian's final_logits_bias)
 
 
 @dataclass
@@ -295,6 +300,16 @@ def validate(cfg):
     )
     for key in ("dropout", "attention_dropout", "activation_dropout", "source_word_dropout", "target_word_dropout"):
         _check(0.0 <= model[key] < 1.0, f"model.{key} must be in [0, 1). Received: model.{key}={model[key]}")
+    for key, choices in (("activation", ACTIVATIONS), ("position_layout", POSITION_LAYOUTS)):
+        _check(model[key] in choices, f"model.{key} must be one of {', '.join(choices)}. Received: {model[key]!r}")
+    _check(
+        model.position_layout != "halves" or model.hidden_dim % 2 == 0,
+        f"model.position_layout=halves needs an even model.hidden_dim. Received: {model.hidden_dim}",
+    )
+    _check(
+        not model.output_bias or model.tied_output,
+        "model.output_bias needs model.tied_output=true (an untied projection has its own bias)",
+    )
     if model.late_dropout is not None:
         _check(
             0.0 <= model.late_dropout < 1.0,

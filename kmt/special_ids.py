@@ -1,6 +1,7 @@
 """The special token ids every vocabulary reserves, defined once: the tokenizer trains its vocabularies with them,
 the masks treat `PAD_ID` as padding, the data pipeline wraps targets in `START_ID` and `END_ID`, and the searches
-start from `START_ID`, stop at `END_ID` and never emit `PAD_ID`. No TensorFlow here, so every backend can import it.
+start from `START_ID`, stop at `END_ID` and never emit `PAD_ID` or `START_ID`. No TensorFlow here, so every backend
+can import it.
 """
 
 PAD_ID = 0  # padding: masked out of attention, loss and metrics

@@ -19,7 +19,7 @@ from kmt.inference.decoding import search_ids
 from kmt.inference.settings import SearchSettings
 from kmt.inference.translators import KerasTranslator
 from kmt.models import Transformer
-from kmt.special_ids import END_ID, PAD_ID
+from kmt.special_ids import END_ID, PAD_ID, START_ID
 from kmt.tokenizer import Vocabularies
 from tests.helpers import refused, run_cli
 
@@ -157,9 +157,34 @@ def test_other_model_shapes_convert(shape, tmp_path):
 
 
 @needs_ctranslate2
-def test_the_pad_token_is_never_emitted(tmp_path):
-    """A model that favours pad: kmt takes the next best token, and so does CTranslate2 (whose scores then leave
-    pad's probability out of the normaliser, where kmt's keep it in)."""
+def test_marian_switches_export_as_kmt_decodes(tmp_path):
+    """An untrained model with the switches an OPUS-MT import sets (swish, Marian's sinusoid halves, a bias on the
+    tied projection): CTranslate2's greedy tokens and scores are kmt's."""
+    keras.utils.set_random_seed(3)
+    pairs = generate_date_pairs(300, seed=0)
+    vocabularies = Vocabularies.train([s for s, _ in pairs], [t for _, t in pairs], joint=True, vocab_size=300)
+    model = Transformer(
+        vocabularies.source.vocab_size,
+        num_layers=2,
+        hidden_dim=16,
+        num_heads=2,
+        intermediate_dim=32,
+        max_length=24,
+        activation="swish",
+        position_layout="halves",
+        output_bias=True,
+    )
+    bias = np.random.default_rng(0).normal(scale=2.0, size=model.output_bias.bias.shape).astype("float32")
+    model.output_bias.bias.assign(bias)
+    assert_same_greedy(model, vocabularies, DATES, tmp_path / "ct2")
+
+
+@needs_ctranslate2
+@pytest.mark.parametrize("token_id", [PAD_ID, START_ID], ids=["pad", "start"])
+def test_the_pad_and_start_tokens_are_never_emitted(token_id, tmp_path):
+    """A model that favours pad (through its untied projection's bias) or start (through the tied projection's
+    `output_bias`): kmt takes the next best token, and so does CTranslate2 (whose scores then leave that token's
+    probability out of the normaliser, where kmt's keep it in)."""
     keras.utils.set_random_seed(2)
     pairs = generate_date_pairs(300, seed=0)
     vocabularies = Vocabularies.train([s for s, _ in pairs], [t for _, t in pairs], joint=True, vocab_size=300)
@@ -170,10 +195,11 @@ def test_the_pad_token_is_never_emitted(tmp_path):
         num_heads=2,
         intermediate_dim=32,
         max_length=24,
-        tied_output=False,
+        tied_output=token_id == START_ID,
+        output_bias=token_id == START_ID,
     )
-    bias = model.output_projection.bias
-    bias.assign(keras.ops.convert_to_numpy(bias) + 3.0 * (np.arange(bias.shape[0]) == PAD_ID))
+    bias = model.output_bias.bias if model.output_bias else model.output_projection.bias
+    bias.assign(keras.ops.convert_to_numpy(bias) + 3.0 * (np.arange(bias.shape[0]) == token_id))
     export_ctranslate2(model, vocabularies, SEARCH, tmp_path / "ct2")
     rows = vocabularies.source.encode(DATES)
     from kmt.inference.ct2_converter import pieces
@@ -186,9 +212,10 @@ def test_the_pad_token_is_never_emitted(tmp_path):
         max_input_length=24,
         max_decoding_length=24,
     )
-    assert any("<pad>" in output.hypotheses[0] for output in unsuppressed)  # pad is CTranslate2's first choice
+    piece = pieces(vocabularies.target)[token_id]
+    assert any(piece in output.hypotheses[0] for output in unsuppressed)  # CTranslate2's first choice
     ids = assert_same_greedy(model, vocabularies, DATES, tmp_path / "ct2", check_scores=False)
-    assert all(PAD_ID not in row for row in ids)
+    assert all(token_id not in row for row in ids)
 
 
 @needs_ctranslate2

@@ -7,6 +7,7 @@ from keras import ops
 
 from kmt.layers import (
     MASK_VALUE,
+    Bias,
     DecoderLayer,
     Dropout,
     EncoderLayer,
@@ -29,6 +30,56 @@ def test_positional_encoding_matches_the_formula():
             angle = pos / 10000 ** (2 * i / depth)
             assert table[pos, 2 * i] == pytest.approx(math.sin(angle), abs=1e-5)
             assert table[pos, 2 * i + 1] == pytest.approx(math.cos(angle), abs=1e-5)
+
+
+def marian_sinusoids(n_pos, dim):
+    """transformers' MarianSinusoidalPositionalEmbedding.create_weight, in numpy (float64, then float32)."""
+    position_enc = np.array([[pos / np.power(10000, 2 * (j // 2) / dim) for j in range(dim)] for pos in range(n_pos)])
+    out = np.empty((n_pos, dim), np.float32)
+    sentinel = dim // 2 if dim % 2 == 0 else (dim // 2) + 1
+    out[:, 0:sentinel] = np.sin(position_enc[:, 0::2])
+    out[:, sentinel:] = np.cos(position_enc[:, 1::2])
+    return out
+
+
+def test_halves_layout_is_marians_table():
+    table = ops.convert_to_numpy(positional_encoding(64, 16, layout="halves"))
+    np.testing.assert_allclose(table, marian_sinusoids(64, 16), atol=2e-5)  # kmt computes the angles in float32
+    interleaved = ops.convert_to_numpy(positional_encoding(64, 16))
+    np.testing.assert_array_equal(table[:, :8], interleaved[:, 0::2])  # the same sines and cosines, moved
+    np.testing.assert_array_equal(table[:, 8:], interleaved[:, 1::2])
+    layer = PositionalEmbedding(vocab_size=11, hidden_dim=16, position_layout="halves")
+    ids = np.array([[3, 4, 5]])
+    out = ops.convert_to_numpy(layer(ids))
+    expected = ops.convert_to_numpy(layer.embeddings)[ids[0]] * 4.0 + table[:3]
+    np.testing.assert_allclose(out[0], expected, atol=1e-5)
+    with pytest.raises(ValueError, match="position_layout must be interleaved or halves"):
+        positional_encoding(4, 16, layout="alternate")
+    with pytest.raises(ValueError, match="even depth"):
+        positional_encoding(4, 15, layout="halves")
+
+
+@pytest.mark.parametrize("activation", ["swish", "silu"])
+def test_swish_feed_forward_is_x_times_sigmoid_x(activation):
+    layer = FeedForward(hidden_dim=8, intermediate_dim=16, activation=activation)
+    x = np.random.default_rng(0).normal(size=(2, 3, 8)).astype("float32")
+    out = ops.convert_to_numpy(layer(x))
+    w1, b1 = (ops.convert_to_numpy(v) for v in (layer.intermediate_dense.kernel, layer.intermediate_dense.bias))
+    w2, b2 = (ops.convert_to_numpy(v) for v in (layer.output_dense.kernel, layer.output_dense.bias))
+    h = x @ w1 + b1
+    np.testing.assert_allclose(out, (h / (1 + np.exp(-h))) @ w2 + b2, atol=1e-5)
+    encoder = EncoderLayer(hidden_dim=8, num_heads=2, intermediate_dim=16, activation=activation)
+    encoder(x)
+    assert encoder.feed_forward.activation == activation
+
+
+def test_bias_adds_a_learned_vector_zeros_at_first():
+    layer = Bias(name="output_bias")
+    logits = np.random.default_rng(0).normal(size=(2, 3, 5)).astype("float32")
+    np.testing.assert_array_equal(ops.convert_to_numpy(layer(logits)), logits)
+    assert [w.path for w in layer.weights] == ["output_bias/bias"]
+    layer.bias.assign(np.arange(5, dtype="float32"))
+    np.testing.assert_allclose(ops.convert_to_numpy(layer(logits)), logits + np.arange(5), atol=1e-6)
 
 
 def test_masks_are_boolean_and_true_means_attend():
@@ -123,13 +174,17 @@ def test_learned_positions():
 LAYERS = [
     lambda: MultiHeadAttention(num_heads=2, key_dim=4, dropout=0.1),
     lambda: PositionalEmbedding(vocab_size=13, hidden_dim=8, max_length=9, learned_positions=True),
+    lambda: PositionalEmbedding(vocab_size=13, hidden_dim=8, position_layout="halves"),
     lambda: FeedForward(hidden_dim=8, intermediate_dim=16, activation_dropout=0.2),
     lambda: EncoderLayer(hidden_dim=8, num_heads=2, intermediate_dim=16, dropout=0.2, norm_first=True),
-    lambda: DecoderLayer(hidden_dim=8, num_heads=2, intermediate_dim=16, attention_dropout=0.1),
+    lambda: DecoderLayer(hidden_dim=8, num_heads=2, intermediate_dim=16, attention_dropout=0.1, activation="swish"),
+    lambda: Bias(name="output_bias"),
 ]
 
 
-@pytest.mark.parametrize("make", LAYERS, ids=["attention", "embedding", "feed_forward", "encoder", "decoder"])
+@pytest.mark.parametrize(
+    "make", LAYERS, ids=["attention", "embedding", "embedding_halves", "feed_forward", "encoder", "decoder", "bias"]
+)
 def test_from_config_round_trips(make):
     layer = make()
     config = layer.get_config()

@@ -13,6 +13,7 @@ from kmt.models import Transformer
 from tests.helpers import model_inputs, model_logits, token_batch
 
 TINY = dict(vocab_size=23, num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.1)
+MARIAN = dict(activation="swish", position_layout="halves", output_bias=True)  # the switches an OPUS-MT import sets
 
 
 @pytest.fixture
@@ -144,6 +145,61 @@ def test_saved_model_reloads_in_a_fresh_process(tmp_path, batch):
         env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"},
     )
     np.testing.assert_allclose(np.load(out_path), expected, atol=1e-6)
+
+
+def test_marian_switches_shape_the_graph_and_decode_step_alike(batch):
+    keras.utils.set_random_seed(3)
+    model = Transformer(**TINY | {"dropout": 0.0, "max_length": 16}, **MARIAN)
+    assert {layer.feed_forward.activation for layer in model.encoder_layers + model.decoder_layers} == {"swish"}
+    assert model.source_embedding.position_layout == "halves"
+    assert [w.path for w in model.output_bias.weights] == ["output_bias/bias"]
+    source, target_in = batch
+    target_in[:, 0] = 2  # the start token
+    before = model_logits(model, source, target_in)
+    bias = np.linspace(-1.0, 1.0, 23).astype("float32")
+    model.output_bias.bias.assign(bias)
+    full = model_logits(model, source, target_in)  # (B, T, V)
+    np.testing.assert_allclose(full, before + bias, atol=1e-5)  # the training graph adds it
+
+    from kmt.inference.steps import cached_next_fn
+
+    encoder_outputs, source_mask = model.encode(ops.convert_to_tensor(source, "int32"))
+    next_fn, state = cached_next_fn(model, encoder_outputs, source_mask, target_in.shape[1])
+    tokens = ops.convert_to_tensor(np.pad(target_in, ((0, 0), (0, 1))), "int32")  # (B, T+1)
+    for index in range(target_in.shape[1]):  # decode_step adds it too: the cached step is the teacher-forced pass
+        logits, state = next_fn(tokens, ops.convert_to_tensor(index, "int32"), state)
+        np.testing.assert_allclose(ops.convert_to_numpy(logits), full[:, index], atol=1e-5)
+
+
+def test_marian_switches_change_the_outputs_and_refuse_what_they_cannot_be(batch):
+    keras.utils.set_random_seed(3)
+    plain = Transformer(**TINY)
+    for switch, value in MARIAN.items():
+        switched = Transformer(**TINY, **{switch: value})
+        switched.set_weights(plain.get_weights() + [np.ones(23, "float32")] * (switch == "output_bias"))
+        assert not np.allclose(model_logits(switched, *batch), model_logits(plain, *batch), atol=1e-3), switch
+    with pytest.raises(ValueError, match="output_bias=True needs tied_output=True"):
+        Transformer(**TINY, tied_output=False, output_bias=True)
+    with pytest.raises(
+        ValueError, match="activation must be one of relu, gelu, swish, silu. Received: activation='tanh'"
+    ):
+        Transformer(**TINY, activation="tanh")
+    with pytest.raises(ValueError, match="position_layout must be one of interleaved, halves"):
+        Transformer(**TINY, position_layout="t2t")
+
+
+def test_marian_switches_survive_a_keras_save_and_load(tmp_path, batch):
+    model = Transformer(**TINY, **MARIAN)
+    model.output_bias.bias.assign(np.arange(23, dtype="float32") / 10)
+    expected = model_logits(model, *batch)
+    model.save(tmp_path / "m.keras")
+    revived = keras.saving.load_model(tmp_path / "m.keras")
+    assert {key: revived.get_config()[key] for key in MARIAN} == MARIAN
+    np.testing.assert_allclose(model_logits(revived, *batch), expected, atol=1e-6)
+    model.save_weights(tmp_path / "m.weights.h5")
+    fresh = Transformer(**TINY, **MARIAN)
+    fresh.load_weights(tmp_path / "m.weights.h5")
+    np.testing.assert_allclose(model_logits(fresh, *batch), expected, atol=1e-6)
 
 
 def test_model_learns_a_copy_task():

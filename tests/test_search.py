@@ -204,3 +204,16 @@ def test_each_sentence_stops_at_its_own_limit(beam_size):
     penalties = [1.0, 1.0] if beam_size is None else [((5 + 3) / 6) ** 0.6, ((5 + 5) / 6) ** 0.6]
     expected = [tree.log_prob(row) / penalty for row, penalty in zip(tokens, penalties)]
     np.testing.assert_allclose(scores, expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("beam_size", [None, 2])
+def test_the_pad_and_start_tokens_are_never_emitted_and_keep_their_share(beam_size):
+    # The root favours pad and start (an imported Marian model's start token is its pad token): both are skipped for
+    # X, whose log-probability is still log 0.2 (pad's and start's shares stay in the normaliser).
+    tree = Tree([({PAD: 0.3, START: 0.4, X: 0.2, Y: 0.1}, {X: 1}), ({END: 0.9, START: 0.1}, {})])
+    tokens, scores = _search(tree, beam_size, max_length=4)
+    np.testing.assert_array_equal(tokens[0, :3], [START, X, END])
+    np.testing.assert_allclose(scores, [tree.log_prob(tokens[0])], rtol=1e-5)
+    np.testing.assert_allclose(scores, [math.log(0.2 * 0.9)], rtol=1e-4)
+    drawn, _ = _sample(tree, [[0.1, 0.1, 0.5, 0.5]])  # noise 0.1 falls on pad or start without the mask
+    np.testing.assert_array_equal(drawn[0, :3], [START, X, END])

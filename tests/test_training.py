@@ -332,6 +332,9 @@ def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
     [
         ("model.hidden_dim=31", "model.hidden_dim must be divisible by model.num_heads"),
         ("model.dropout=-0.1", "model.dropout must be in [0, 1)"),
+        ("model.activation=tanh", "model.activation must be one of relu, gelu, swish, silu. Received: 'tanh'"),
+        ("model.position_layout=t2t", "model.position_layout must be one of interleaved, halves. Received: 't2t'"),
+        ("model.output_bias=true model.tied_output=false", "model.output_bias needs model.tied_output=true"),
         (
             "model.source_word_dropout=1",
             "model.source_word_dropout must be in [0, 1). Received: model.source_word_dropout=1",

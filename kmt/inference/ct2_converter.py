@@ -12,23 +12,32 @@ What maps to what (CTranslate2's `specs/transformer_spec.py`):
   `pre_norm=False` (the paper's post-norm, kmt's default) and before the sublayer when `pre_norm=True`, as kmt's
   `norm_first` does; a pre-norm model's `encoder_norm` and `decoder_norm` are the stacks' final `layer_norm`.
 - Token embeddings times sqrt(D) (`scale_embeddings`), plus kmt's own position table (`position_encodings`): the
-  paper's interleaved sinusoids `kmt.layers.embedding.positional_encoding` for positions 0 .. max_length - 1 (the
-  table CTranslate2 builds itself has all sines first, then all cosines), or the learned position embedding.
-- The output projection: the target embedding (tied) or `output_projection`'s kernel and bias. Shared embeddings
-  are one array, which CTranslate2 saves once.
+  sinusoids `kmt.layers.embedding.positional_encoding` in the model's `position_layout` for positions
+  0 .. max_length - 1 (the table CTranslate2 builds itself has all sines first, then all cosines: kmt's "halves"),
+  or the learned position embedding.
+- The feed-forward activation -> the stacks' `activation` (relu, gelu (exact, erf), swish/silu).
+- The output projection: the target embedding (tied) or `output_projection`'s kernel and bias; the tied projection's
+  `output_bias` is `decoder.projection.bias`. Shared embeddings are one array, which CTranslate2 saves once.
 - The vocabularies are the SentencePiece pieces in id order; unk, start (the decoder's first token) and end tokens
   are the pieces of kmt's reserved ids; `layer_norm_epsilon` is the model's.
 """
 
 import numpy as np
 from ctranslate2.converters import Converter
-from ctranslate2.specs import transformer_spec
+from ctranslate2.specs import common_spec, transformer_spec
 from keras import ops
 
 from kmt.errors import KmtError
 from kmt.layers.embedding import positional_encoding
 from kmt.models.transformer import Transformer
 from kmt.special_ids import END_ID, START_ID, UNK_ID
+
+ACTIVATIONS = {  # kmt's model.activation -> CTranslate2's (Keras' "gelu" is the exact one, CTranslate2's GELU)
+    "relu": common_spec.Activation.RELU,
+    "gelu": common_spec.Activation.GELU,
+    "swish": common_spec.Activation.SWISH,
+    "silu": common_spec.Activation.SWISH,
+}
 
 
 def pieces(tokenizer):
@@ -61,9 +70,9 @@ class KmtConverter(Converter):
         if not isinstance(parts, Transformer):  # CTranslate2's TransformerSpec holds a Transformer only
             raise KmtError(f"a CTranslate2 export needs a Transformer; this model is a {type(parts).__name__}")
         first = parts.encoder_layers[0]
-        pre_norm = bool(first.norm_first)
-        encoder = transformer_spec.TransformerEncoderSpec(len(parts.encoder_layers), first.num_heads, pre_norm=pre_norm)
-        decoder = transformer_spec.TransformerDecoderSpec(len(parts.decoder_layers), first.num_heads, pre_norm=pre_norm)
+        shape = dict(pre_norm=bool(first.norm_first), activation=ACTIVATIONS[first.activation])
+        encoder = transformer_spec.TransformerEncoderSpec(len(parts.encoder_layers), first.num_heads, **shape)
+        decoder = transformer_spec.TransformerDecoderSpec(len(parts.decoder_layers), first.num_heads, **shape)
         spec = transformer_spec.TransformerSpec(encoder, decoder)
 
         encoder.embeddings[0].weight = _array(parts.source_embedding.embeddings)
@@ -77,11 +86,13 @@ class KmtConverter(Converter):
             self._attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_norm, fused=3)
             self._attention(layer_spec.attention, layer.cross_attention, layer.cross_attention_norm, fused=2)
             self._feed_forward(layer_spec.ffn, layer)
-        if pre_norm:
+        if first.norm_first:
             self._norm(encoder.layer_norm, parts.encoder_norm)
             self._norm(decoder.layer_norm, parts.decoder_norm)
         if parts.output_projection is None:  # tied: the target embedding (V, D) is the projection's weight
             decoder.projection.weight = decoder.embeddings.weight
+            if parts.output_bias is not None:
+                decoder.projection.bias = _array(parts.output_bias.bias)
         else:
             self._linear(decoder.projection, parts.output_projection)
 
@@ -97,10 +108,10 @@ class KmtConverter(Converter):
 
     @staticmethod
     def _positions(embedding):
-        """The `(max_length, D)` position table the embedding adds: learned, or the paper's sinusoids."""
+        """The `(max_length, D)` position table the embedding adds: learned, or sinusoids in its layout."""
         if embedding.learned_positions:
             return _array(embedding.position_embedding.embeddings)
-        return _array(positional_encoding(embedding.max_length, embedding.hidden_dim))
+        return _array(positional_encoding(embedding.max_length, embedding.hidden_dim, embedding.position_layout))
 
     @staticmethod
     def _linear(spec, dense):

@@ -8,9 +8,9 @@ model(s) (`joint.model`, or `source.model` and `target.model`, as in a run's `to
 the search settings of the run's `decode` section (beam size, length penalty, output limits, `max_length`).
 
 Greedy search gives kmt's tokens: each sentence emits at most `min(max_length, ceil(max_length_a * S + max_length_b))`
-tokens, its end token included, and the pad token is never emitted. Beam search differs in one thing, the length
-penalty: CTranslate2 ranks finished hypotheses by `log P(Y) / |Y|^alpha`, kmt by GNMT's `log P(Y) / ((5 + |Y|) /
-6)^alpha`, so the two may choose different beams, and their scores are not comparable.
+tokens, its end token included, and the pad and start tokens are never emitted. Beam search differs in one thing,
+the length penalty: CTranslate2 ranks finished hypotheses by `log P(Y) / |Y|^alpha`, kmt by GNMT's
+`log P(Y) / ((5 + |Y|) / 6)^alpha`, so the two may choose different beams, and their scores are not comparable.
 
 `ctranslate2` is an optional dependency (`pip install "kmt[ctranslate2]"`); this module imports it only when a
 model is converted or loaded.
@@ -31,7 +31,7 @@ from kmt.errors import KmtError
 from kmt.inference.settings import SearchSettings
 from kmt.inference.translators import BatchedTranslator, Hypothesis, Score, scorable
 from kmt.run_dir import read_json, write_atomically
-from kmt.special_ids import END_ID, PAD_ID
+from kmt.special_ids import END_ID, PAD_ID, START_ID
 from kmt.tokenizer import Vocabularies
 
 MISSING = 'CTranslate2 is not installed: pip install "kmt[ctranslate2]"'
@@ -132,7 +132,7 @@ class CT2Translator(BatchedTranslator):
         self.source_pieces = pieces(self.vocabularies.source)
         self.target_pieces = pieces(self.vocabularies.target)
         self.target_ids = {piece: i for i, piece in enumerate(self.target_pieces)}
-        self.pad_piece = self.target_pieces[PAD_ID]
+        self.never = [self.target_pieces[PAD_ID], self.target_pieces[START_ID]]  # pieces kmt's searches never emit
         try:
             self.translator = ctranslate2.Translator(
                 str(path),
@@ -166,14 +166,15 @@ class CT2Translator(BatchedTranslator):
         search = dict(beam_size=settings.beam_size, length_penalty=alpha)
         nonempty = [i for i, row in enumerate(rows) if len(row) > self.vocabularies.source.added]
         padded = self._search_rows(rows, limits, nonempty, results, search)
-        # kmt never emits the pad token. Suppressing it in CTranslate2 would renormalise the other tokens'
-        # probabilities (kmt leaves pad's share out instead), so only a sentence that emitted it is decoded again.
-        self._search_rows(rows, limits, padded, results, dict(search, suppress_sequences=[[self.pad_piece]]))
+        # kmt never emits the pad or start token. Suppressing them in CTranslate2 would renormalise the other tokens'
+        # probabilities (kmt leaves their share out instead), so only a sentence that emitted one is decoded again.
+        suppressed = dict(search, suppress_sequences=[[piece] for piece in self.never])
+        self._search_rows(rows, limits, padded, results, suppressed)
         return [ids for ids, _ in results], [score for _, score in results]
 
     def _search_rows(self, rows, limits, pending, results, search):
-        """Decodes `rows[i]` for each i in `pending` into `results[i]`; returns those whose output holds the pad
-        token (and only when `search` does not suppress it)."""
+        """Decodes `rows[i]` for each i in `pending` into `results[i]`; returns those whose output holds the pad or
+        start token (and only when `search` does not suppress them)."""
         padded = []
         while pending:
             # One call at the batch's longest limit; a sentence whose output runs past its own (shorter) limit is
@@ -192,7 +193,7 @@ class CT2Translator(BatchedTranslator):
                 tokens = output.hypotheses[0]
                 if limits[i] < limit and len(tokens) >= limits[i]:
                     overlong.append(i)  # its own limit would have stopped it sooner: decode it again with that
-                elif self.pad_piece in tokens and "suppress_sequences" not in search:
+                elif "suppress_sequences" not in search and any(piece in tokens for piece in self.never):
                     padded.append(i)
                 else:
                     results[i] = ([self.target_ids[t] for t in tokens], float(output.scores[0]))

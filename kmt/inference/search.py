@@ -6,8 +6,8 @@ decoded so far (column 0 the start token, pad after `index`), `index` is the pos
 axis 0 (beam search reorders it when beams are reordered). Both searches use `keras.ops.while_loop` with
 fixed-shape state, so they run under JAX and inside a TensorFlow `tf.function` (the exported SavedModel) with
 dynamic batch and length. The pad token is never emitted before the end token (its log-probability is set to -inf,
-as in fairseq), so pad only ever follows the end. `kmt.inference.decoding` drives them with a Transformer's
-key/value cache (`kmt.inference.steps`).
+as in fairseq), so pad only ever follows the end; nor is the start token (an imported Marian model's start token is
+its pad token). `kmt.inference.decoding` drives them with a Transformer's key/value cache (`kmt.inference.steps`).
 """
 
 import keras
@@ -18,11 +18,12 @@ from kmt.special_ids import END_ID, PAD_ID, START_ID
 NEG_INF = float("-inf")
 
 
-def _log_probs(logits, pad_id):
-    """float32 log-softmax of `logits` (N, V), with the pad token made impossible."""
+def _log_probs(logits, pad_id, start_id):
+    """float32 log-softmax of `logits` (N, V), with the pad and start tokens made impossible afterwards (the other
+    tokens keep their log-probabilities)."""
     log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)  # (N, V)
     vocab = ops.arange(ops.shape(log_probs)[-1])[None, :]  # (1, V)
-    return ops.where(ops.equal(vocab, pad_id), NEG_INF, log_probs)
+    return ops.where(ops.equal(vocab, pad_id) | ops.equal(vocab, start_id), NEG_INF, log_probs)
 
 
 def _start_tokens(shape, max_length, start_id, pad_id):
@@ -109,7 +110,7 @@ def _step_search(next_fn, state, batch_size, max_length, choose, start_id, end_i
 
     def body(index, tokens, scores, finished, state):
         logits, state = next_fn(tokens, index, state)
-        log_probs = _log_probs(logits, pad_id)  # (B, V)
+        log_probs = _log_probs(logits, pad_id, start_id)  # (B, V)
         token = choose(log_probs, index)  # (B,)
         token_log_prob = ops.take_along_axis(log_probs, token[:, None], axis=1)[:, 0]  # (B,)
         token = ops.where(finished, pad_id, token)
@@ -144,7 +145,7 @@ def sample_search(
     probability when `top_p` < 1 (nucleus sampling, Holtzman et al., 2020), renormalized, by inverting that
     distribution's cumulative sum at `noise[:, t]`. The randomness is the caller's: the same noise gives the same
     sample, so tests can fix it and a SavedModel can draw it with a stateful op. `top_k=1` is greedy search. Like
-    greedy search, a sentence ends at `end_id` or at its limit, and pad is never drawn.
+    greedy search, a sentence ends at `end_id` or at its limit, and pad and start are never drawn.
 
     `next_fn`, `state`, `batch_size`, `max_length`, `start_id`, `end_id`, `pad_id` and `max_lengths` are as for
     `greedy_search`.
@@ -256,7 +257,7 @@ def beam_search(
         length = index + 1  # tokens emitted once this step's token is appended
         flat_tokens = ops.reshape(alive_tokens, (b * k, -1))  # (B*K, L+1)
         logits, state = next_fn(flat_tokens, index, state)
-        log_probs = _log_probs(logits, pad_id)  # (B*K, V)
+        log_probs = _log_probs(logits, pad_id, start_id)  # (B*K, V)
         vocab_size = ops.shape(log_probs)[-1]
         log_probs = ops.reshape(log_probs, (b, k, vocab_size)) + alive_log_probs[:, :, None]  # (B, K, V)
         candidate_log_probs, candidates = ops.top_k(ops.reshape(log_probs, (b, k * vocab_size)), 2 * k)  # (B, 2K)

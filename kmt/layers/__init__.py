@@ -4,7 +4,7 @@ TensorFlow, JAX and PyTorch backends)."""
 from kmt.layers.attention import MultiHeadAttention
 from kmt.layers.decoder import DecoderLayer
 from kmt.layers.dropout import Dropout
-from kmt.layers.embedding import PositionalEmbedding, positional_encoding, sinusoids
+from kmt.layers.embedding import Bias, PositionalEmbedding, positional_encoding, sinusoids
 from kmt.layers.encoder import EncoderLayer
 from kmt.layers.feedforward import FeedForward
 from kmt.layers.masks import (
@@ -20,6 +20,7 @@ from kmt.layers.recurrent import AttentionDecoder, TokenEmbedding
 __all__ = [
     "MASK_VALUE",
     "AttentionDecoder",
+    "Bias",
     "DecoderLayer",
     "Dropout",
     "EncoderLayer",

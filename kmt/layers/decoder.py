@@ -9,8 +9,8 @@ from kmt.layers.encoder import attention_sublayer, feed_forward_sublayer, norm_a
 @keras.saving.register_keras_serializable(package="kmt")
 class DecoderLayer(keras.layers.Layer):
     """Transformer decoder layer: (causally masked) multi-head self-attention, multi-head attention over the
-    encoder output, and a ReLU feed-forward network, each wrapped in dropout, a residual connection and LayerNorm
-    (post-norm as in the paper; `norm_first=True` for pre-norm).
+    encoder output, and a feed-forward network (ReLU by default), each wrapped in dropout, a residual connection and
+    LayerNorm (post-norm as in the paper; `norm_first=True` for pre-norm).
 
     Args:
         hidden_dim: int. Model size D (d_model), the size of the inputs and outputs.
@@ -18,8 +18,10 @@ class DecoderLayer(keras.layers.Layer):
         intermediate_dim: int. Inner size of the feed-forward network (d_ff).
         dropout: float. Residual dropout on each sublayer's output (P_drop). Defaults to `0.1`.
         attention_dropout: float. Dropout on attention weights. Defaults to `0.0`.
-        activation_dropout: float. Dropout after the feed-forward ReLU. Defaults to `0.0`.
+        activation_dropout: float. Dropout after the feed-forward activation. Defaults to `0.0`.
         norm_first: bool. Pre-norm instead of the paper's post-norm. Defaults to `False`.
+        activation: str. The feed-forward inner activation (`"relu"`, `"gelu"`, `"swish"`/`"silu"`).
+            Defaults to `"relu"`, the paper's.
         layer_norm_epsilon: float. Defaults to `1e-5`.
 
     Call arguments:
@@ -55,6 +57,7 @@ class DecoderLayer(keras.layers.Layer):
         attention_dropout=0.0,
         activation_dropout=0.0,
         norm_first=False,
+        activation="relu",
         layer_norm_epsilon=1e-5,
         **kwargs,
     ):
@@ -66,6 +69,7 @@ class DecoderLayer(keras.layers.Layer):
         self.attention_dropout = attention_dropout
         self.activation_dropout = activation_dropout
         self.norm_first = norm_first
+        self.activation = activation
         self.layer_norm_epsilon = layer_norm_epsilon
 
     def build(self, inputs_shape, encoder_outputs_shape=None):
@@ -159,6 +163,7 @@ class DecoderLayer(keras.layers.Layer):
                 "attention_dropout": self.attention_dropout,
                 "activation_dropout": self.activation_dropout,
                 "norm_first": self.norm_first,
+                "activation": self.activation,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
             }
         )

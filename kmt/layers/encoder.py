@@ -21,10 +21,11 @@ def attention_sublayer(layer, name, query_shape, value_shape):
 
 
 def feed_forward_sublayer(layer, inputs_shape):
-    """A built `FeedForward` with the sizes and activation dropout of `layer`."""
+    """A built `FeedForward` with the sizes, activation and activation dropout of `layer`."""
     feed_forward = FeedForward(
         layer.hidden_dim,
         layer.intermediate_dim,
+        activation=layer.activation,
         activation_dropout=layer.activation_dropout,
         dtype=layer.dtype_policy,
         name="feed_forward",
@@ -45,8 +46,9 @@ def norm_and_dropout(layer, name, inputs_shape):
 
 @keras.saving.register_keras_serializable(package="kmt")
 class EncoderLayer(keras.layers.Layer):
-    """Transformer encoder layer: multi-head self-attention and a ReLU feed-forward network, each wrapped in
-    dropout, a residual connection and LayerNorm (post-norm as in the paper; `norm_first=True` for pre-norm).
+    """Transformer encoder layer: multi-head self-attention and a feed-forward network (ReLU by default), each
+    wrapped in dropout, a residual connection and LayerNorm (post-norm as in the paper; `norm_first=True` for
+    pre-norm).
 
     Args:
         hidden_dim: int. Model size D (d_model), the size of the inputs and outputs.
@@ -54,8 +56,10 @@ class EncoderLayer(keras.layers.Layer):
         intermediate_dim: int. Inner size of the feed-forward network (d_ff).
         dropout: float. Residual dropout on each sublayer's output (P_drop). Defaults to `0.1`.
         attention_dropout: float. Dropout on attention weights. Defaults to `0.0`.
-        activation_dropout: float. Dropout after the feed-forward ReLU. Defaults to `0.0`.
+        activation_dropout: float. Dropout after the feed-forward activation. Defaults to `0.0`.
         norm_first: bool. Pre-norm instead of the paper's post-norm. Defaults to `False`.
+        activation: str. The feed-forward inner activation (`"relu"`, `"gelu"`, `"swish"`/`"silu"`).
+            Defaults to `"relu"`, the paper's.
         layer_norm_epsilon: float. Defaults to `1e-5`.
 
     Call arguments:
@@ -79,6 +83,7 @@ class EncoderLayer(keras.layers.Layer):
         attention_dropout=0.0,
         activation_dropout=0.0,
         norm_first=False,
+        activation="relu",
         layer_norm_epsilon=1e-5,
         **kwargs,
     ):
@@ -90,6 +95,7 @@ class EncoderLayer(keras.layers.Layer):
         self.attention_dropout = attention_dropout
         self.activation_dropout = activation_dropout
         self.norm_first = norm_first
+        self.activation = activation
         self.layer_norm_epsilon = layer_norm_epsilon
 
     def build(self, inputs_shape):
@@ -131,6 +137,7 @@ class EncoderLayer(keras.layers.Layer):
                 "attention_dropout": self.attention_dropout,
                 "activation_dropout": self.activation_dropout,
                 "norm_first": self.norm_first,
+                "activation": self.activation,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
             }
         )

@@ -83,10 +83,12 @@ class Seq2SeqModel(keras.Model):
         return len(layers)
 
 
-def project(states, target_embedding, output_projection):
-    """The pre-softmax projection: `output_projection` (a `Dense`) or, when None, the target embedding transposed:
-    `(..., D)` -> float32 `(..., V)`."""
+def project(states, target_embedding, output_projection, output_bias=None):
+    """The pre-softmax projection: `output_projection` (a `Dense`) or, when None, the target embedding transposed,
+    plus `output_bias` (a `kmt.layers.Bias`) when given: `(..., D)` -> float32 `(..., V)`."""
     projected = output_projection(states) if output_projection else target_embedding(states, reverse=True)
+    if output_bias is not None:
+        projected = output_bias(projected)
     return ops.cast(projected, "float32")
 
 
@@ -95,6 +97,12 @@ def check_rates(**rates):
     for rate_name, rate in rates.items():
         if not 0.0 <= rate < 1.0:
             raise ValueError(f"{rate_name} must be in [0, 1). Received: {rate_name}={rate}")
+
+
+def check_choice(name, value, choices):
+    """Raises `ValueError` unless `value` is one of `choices`."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}. Received: {name}={value!r}")
 
 
 def check_joint_vocabulary(shared_embeddings, vocab_size, target_vocab_size):

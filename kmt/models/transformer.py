@@ -3,10 +3,11 @@
 import keras
 from keras import ops
 
-from kmt.layers import DecoderLayer, Dropout, EncoderLayer, PositionalEmbedding
+from kmt.config import ACTIVATIONS, POSITION_LAYOUTS
+from kmt.layers import Bias, DecoderLayer, Dropout, EncoderLayer, PositionalEmbedding
 from kmt.layers.attention import check_divisible
 from kmt.layers.masks import causal_mask, source_attention_mask, target_attention_mask
-from kmt.models.base import Seq2SeqModel, check_joint_vocabulary, check_rates, project
+from kmt.models.base import Seq2SeqModel, check_choice, check_joint_vocabulary, check_rates, project
 from kmt.models.registry import register_model
 
 
@@ -20,7 +21,8 @@ class Transformer(Seq2SeqModel):
     and passed down. With the defaults the three embedding matrices are one (section 3.4): source embedding, target
     embedding and pre-softmax projection share a joint vocabulary. Its layers are attributes (`source_embedding`,
     `target_embedding`, `encoder_layers`, `decoder_layers`, `encoder_norm` and `decoder_norm` (pre-norm, else None),
-    `output_projection` (untied, else None)), named as in the `.keras` and `.weights.h5` files kmt has always saved.
+    `output_projection` (untied, else None), `output_bias` (a `kmt.layers.Bias` with `output_bias=True`, else None)),
+    named as in the `.keras` and `.weights.h5` files kmt has always saved.
 
     Args:
         vocab_size: int. Source vocabulary size (the joint vocabulary when embeddings are shared).
@@ -38,8 +40,15 @@ class Transformer(Seq2SeqModel):
         tied_output: bool. The pre-softmax projection is the target embedding transposed. Defaults to `True`.
         norm_first: bool. Pre-norm layers plus a final LayerNorm on each stack. Defaults to `False`.
         attention_dropout: float. Dropout on attention weights. Defaults to `0.0`.
-        activation_dropout: float. Dropout after the feed-forward ReLU. Defaults to `0.0`.
+        activation_dropout: float. Dropout after the feed-forward activation. Defaults to `0.0`.
         learned_positions: bool. Learned instead of sinusoidal positions. Defaults to `False`.
+        position_layout: str. The sinusoids' layout: `"interleaved"` (the paper's, sine and cosine alternating) or
+            `"halves"` (Marian's and tensor2tensor's: all sines, then all cosines). Defaults to `"interleaved"`.
+        activation: str. The feed-forward inner activation of every layer: `"relu"` (the paper's), `"gelu"`, or
+            `"swish"` (= `"silu"`, x * sigmoid(x), Marian's). Defaults to `"relu"`.
+        output_bias: bool. A learned bias `(V_target,)`, zeros at first, added to the tied projection's logits
+            (Marian's `final_logits_bias`); needs `tied_output=True` (an untied projection has its own bias).
+            Defaults to `False`.
         source_word_dropout: float. Word dropout on the source (Gal & Ghahramani, 2016; Sennrich & Zhang, 2019):
             in training, each source token's whole embedded vector (token and position) is zeroed with this
             probability, the rest scaled by 1 / (1 - rate). Defaults to `0.0` (no layer is added).
@@ -72,6 +81,9 @@ class Transformer(Seq2SeqModel):
         attention_dropout=0.0,
         activation_dropout=0.0,
         learned_positions=False,
+        position_layout="interleaved",
+        activation="relu",
+        output_bias=False,
         source_word_dropout=0.0,
         target_word_dropout=0.0,
         layer_norm_epsilon=1e-5,
@@ -82,6 +94,10 @@ class Transformer(Seq2SeqModel):
         target_vocab_size = target_vocab_size or vocab_size
         num_decoder_layers = num_decoder_layers or num_layers
         check_joint_vocabulary(shared_embeddings, vocab_size, target_vocab_size)
+        check_choice("activation", activation, ACTIVATIONS)
+        check_choice("position_layout", position_layout, POSITION_LAYOUTS)
+        if output_bias and not tied_output:
+            raise ValueError("output_bias=True needs tied_output=True (an untied projection has its own bias)")
         check_rates(
             dropout=dropout,
             attention_dropout=attention_dropout,
@@ -97,6 +113,7 @@ class Transformer(Seq2SeqModel):
             attention_dropout=attention_dropout,
             activation_dropout=activation_dropout,
             norm_first=norm_first,
+            activation=activation,
             layer_norm_epsilon=layer_norm_epsilon,
         )
 
@@ -104,7 +121,12 @@ class Transformer(Seq2SeqModel):
         # when it is made, so this order keeps a seed's weights and masks what they were)
         def embedding(vocab, embedding_name):
             return PositionalEmbedding(
-                vocab, hidden_dim, max_length=max_length, learned_positions=learned_positions, name=embedding_name
+                vocab,
+                hidden_dim,
+                max_length=max_length,
+                learned_positions=learned_positions,
+                position_layout=position_layout,
+                name=embedding_name,
             )
 
         self.source_embedding = embedding(vocab_size, "source_embedding")
@@ -151,6 +173,10 @@ class Transformer(Seq2SeqModel):
         logits = (
             self.output_projection(y) if self.output_projection else self.target_embedding(y, reverse=True)
         )  # (B, T, V)
+        # The bias is added in float32 whatever the compute dtype (its layer casts the logits up first).
+        self.output_bias = Bias(dtype="float32", name="output_bias") if output_bias else None
+        if self.output_bias:
+            logits = self.output_bias(logits)  # (B, T, V)
         # Logits leave in float32 whatever the compute dtype, so the softmax and the loss are computed in float32.
         logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
         super().__init__(inputs={"source": source, "target_in": target_in}, outputs=logits, name=name, **kwargs)
@@ -162,7 +188,8 @@ class Transformer(Seq2SeqModel):
         self.dropout, self.attention_dropout, self.activation_dropout = dropout, attention_dropout, activation_dropout
         self.max_length = max_length
         self.shared_embeddings, self.tied_output, self.norm_first = shared_embeddings, tied_output, norm_first
-        self.learned_positions = learned_positions
+        self.learned_positions, self.position_layout = learned_positions, position_layout
+        self.activation = activation
         self.source_word_dropout, self.target_word_dropout = source_word_dropout, target_word_dropout
         self.layer_norm_epsilon = layer_norm_epsilon
 
@@ -185,6 +212,9 @@ class Transformer(Seq2SeqModel):
             "attention_dropout": self.attention_dropout,
             "activation_dropout": self.activation_dropout,
             "learned_positions": self.learned_positions,
+            "position_layout": self.position_layout,
+            "activation": self.activation,
+            "output_bias": self.output_bias is not None,
             "source_word_dropout": self.source_word_dropout,
             "target_word_dropout": self.target_word_dropout,
             "layer_norm_epsilon": self.layer_norm_epsilon,
@@ -215,10 +245,11 @@ class Transformer(Seq2SeqModel):
         return self.logits(self.decoder_states(target_in, encoder_outputs, source_mask))
 
     def logits(self, states):
-        """Final decoder norm (pre-norm models), then the output projection: (N, T, D) -> float32 (N, T, V)."""
+        """Final decoder norm (pre-norm models), then the output projection (and bias): (N, T, D) -> float32
+        (N, T, V)."""
         if self.decoder_norm is not None:
             states = self.decoder_norm(states)
-        return project(states, self.target_embedding, self.output_projection)
+        return project(states, self.target_embedding, self.output_projection, self.output_bias)
 
     def decoding_context(self, encoder_outputs, source_mask):
         """Each decoder layer's cross-attention keys and values, projected once (a list of `(N, 2, S, H, D/H)`),
