@@ -59,7 +59,7 @@ def make_checkpoint(
     ffn_dim=128,
     pieces=60,
     vocab_size=None,
-    init_std=0.5,
+    init_std=0.2,
     seed=0,
 ):
     """Writes a MarianMT checkpoint of random weights into `directory`; returns the `MarianMTModel`.
@@ -117,6 +117,8 @@ def make_checkpoint(
     model = MarianMTModel(config).eval()
     with torch.no_grad():
         model.final_logits_bias.normal_(0.0, 1.0)  # zeros when fresh: random, so that the import must carry it
+        for stack in (model.model.encoder, model.model.decoder):  # one embedding, as share_encoder_decoder_embeddings
+            stack.embed_tokens.weight.copy_(model.model.shared.weight)  # says (untied, transformers makes three)
     # What OPUS-MT models ship: beam search, and the pad token (their decoder's start) never generated.
     model.generation_config.update(num_beams=4, max_length=512, bad_words_ids=[[pad]])
     model.save_pretrained(directory)

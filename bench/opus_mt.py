@@ -27,7 +27,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from common import hardware, print_json, print_table, timed  # noqa: E402  (bench/ is on sys.path)
 
 OPUS_MT = dict(d_model=512, layers=6, heads=8, ffn_dim=2048, pieces=400, vocab_size=58_101, init_std=0.02)
-TINY = dict(d_model=32, layers=1, heads=2, ffn_dim=64, pieces=60, vocab_size=None, init_std=0.5)
+TINY = dict(d_model=32, layers=1, heads=2, ffn_dim=64, pieces=60, vocab_size=None, init_std=0.2)
 
 
 def parse_args(argv=None):

@@ -17,6 +17,7 @@ from bench.marian_checkpoint import SOURCES, TARGETS, make_checkpoint  # noqa: E
 from kmt.checkpoints import load_run_model  # noqa: E402
 from kmt.inference.decoding import search_ids  # noqa: E402
 from kmt.inference.settings import SearchSettings  # noqa: E402
+from kmt.run_dir import RunDir  # noqa: E402
 from kmt.special_ids import END_ID, PAD_ID, START_ID, UNK_ID  # noqa: E402
 from kmt.tokenizer import Vocabularies  # noqa: E402
 from tests.helpers import model_logits, run_cli  # noqa: E402
@@ -148,9 +149,10 @@ def test_an_imported_model_fine_tunes_exports_translates_and_serves(imported, tm
         f"hydra.run.dir={tuned}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"fine-tuning from {run / 'checkpoints' / 'epoch_000.weights.h5'}" in result.stderr
-    model = json.loads(json.dumps(load_run_model(tuned)[0].model, default=str))
-    assert (model["hidden_dim"], model["activation"], model["position_layout"]) == (64, "swish", "halves")
+    log = (tuned / "train.log").read_text()
+    assert f"fine-tuning from {run / 'checkpoints' / 'epoch_000.weights.h5'}" in log and "Skipping" not in result.stderr
+    model = RunDir(tuned).read_config().model  # the imported model's shape, not debug=smoke's
+    assert (model.hidden_dim, model.activation, model.position_layout, model.dropout) == (64, "swish", "halves", 0.1)
     assert Vocabularies.load(tuned / "tokenizer").same_as(Vocabularies.load(run / "tokenizer"))
 
     translated = run_cli("translate", tuned / "export", input="\n".join(SOURCES[:3]) + "\n")

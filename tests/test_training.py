@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 
+import h5py
 import pytest
 from omegaconf import OmegaConf
 
@@ -110,6 +111,10 @@ def test_fine_tuning_starts_from_another_runs_vocabulary_and_weights(smoke_run, 
     assert f"fine-tuning from {base / 'checkpoints' / 'epoch_002.weights.h5'}" in caplog.text
     start, tuned = (load_run_model(run)[2].get_weights() for run in (base, tmp_path / "tuned"))
     assert max(abs(a - b).max() for a, b in zip(start, tuned)) < 1e-5
+    # Its optimizer starts afresh (the other run's checkpoint holds that run's): it counts its own updates only.
+    steps = int(re.search(r"training pairs, (\d+) steps an epoch", caplog.text)[1])
+    with h5py.File(sorted((tmp_path / "tuned" / "checkpoints").glob("epoch_*.weights.h5"))[-1]) as newest:
+        assert int(newest["optimizer/vars/0"][()]) == steps * len(_history(tmp_path / "tuned"))
 
     # Resuming the fine-tuning run needs only its own resume state, not the run it started from.
     shutil.rmtree(base)

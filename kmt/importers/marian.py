@@ -303,9 +303,13 @@ def load_into(model, tensors: dict, order: np.ndarray) -> None:
         norm(layer.feed_forward_norm, f"{prefix}.final_layer_norm")
 
     names = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")
-    embedding_name = next((name for name in names if name in tensors), names[0])
-    model.source_embedding.token_embedding.embeddings.assign(get(embedding_name)[order])
-    taken.update(name for name in names if name in tensors)
+    embeddings = [get(name) for name in names if name in tensors] or [get(names[0])]
+    if any(not np.array_equal(embeddings[0], other) for other in embeddings[1:]):
+        raise CheckpointError(
+            "the encoder's and the decoder's embeddings differ: kmt shares one embedding between them "
+            "(share_encoder_decoder_embeddings)"
+        )
+    model.source_embedding.token_embedding.embeddings.assign(embeddings[0][order])
     for i, layer in enumerate(model.encoder_layers):
         prefix = f"model.encoder.layers.{i}"
         attention(layer.self_attention, f"{prefix}.self_attn")

@@ -182,7 +182,7 @@ def prepare(cfg, run_dir, verbose=None):
     )
     if init_weights is not None:
         with placement.scope():
-            _load_init_weights(model, init_weights)
+            _load_init_weights(model, init_weights, build_model(cfg.model, *sizes, "float32"))
     log_schedule(schedule, total_steps)
     # Decoding and the export run in float32 whatever the training precision (see build_model).
     # A distributed model's variables are spread over devices: the decoder is a copy on this process alone.
@@ -276,11 +276,15 @@ def log_schedule(schedule, total_steps):
     logger.info(message)
 
 
-def _load_init_weights(model, path):
+def _load_init_weights(model, path, plain):
+    """Sets `model` to the weights of `path`, read into `plain` (the same model uncompiled): a run's checkpoint also
+    holds its optimizer's state (the moments, the update count that the learning-rate schedule reads), which a
+    fine-tuning run does not take."""
     try:
-        load_weights(model, path)
+        load_weights(plain, path)
     except ValueError as error:
         raise KmtError(
             f"trainer.init_from: {path} does not load into this model ({str(error).splitlines()[0]})"
         ) from None
+    model.set_weights(plain.get_weights())
     logger.info("fine-tuning from %s; the optimizer and learning-rate schedule start afresh", path)
