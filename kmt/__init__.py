@@ -1,7 +1,8 @@
 """kmt: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as Keras 3 layers, for translation.
 
 The library's face, imported when first used: `kmt.compose_config`, `kmt.train`, `kmt.load`, `kmt.export` and
-`kmt.evaluate` (`kmt.api`), and `kmt.SearchSettings` (`kmt.inference.settings`); also the models (`kmt.Transformer`,
+`kmt.evaluate` (`kmt.api`), `kmt.import_marian` (`kmt.importers.marian`, an OPUS-MT checkpoint as a run), and
+`kmt.SearchSettings` (`kmt.inference.settings`); also the models (`kmt.Transformer`,
 `kmt.LSTM`, `kmt.models`), `kmt.layers`, `kmt.losses` and `kmt.schedule`.
 
 `import kmt` is cheap and changes nothing in the process: it imports neither Keras nor TensorFlow (which alone takes
@@ -22,6 +23,7 @@ _LAZY = {
     "load": "kmt.api",
     "export": "kmt.api",
     "evaluate": "kmt.api",
+    "import_marian": "kmt.importers.marian",
     "SearchSettings": "kmt.inference.settings",
     "Transformer": "kmt.models.transformer",
     "LSTM": "kmt.models.lstm",
@@ -30,7 +32,7 @@ _LAZY = {
     "losses": "kmt.losses",
     "schedule": "kmt.schedule",
 }
-__all__ = ["SearchSettings", "compose_config", "evaluate", "export", "load", "train"]
+__all__ = ["SearchSettings", "compose_config", "evaluate", "export", "import_marian", "load", "train"]
 
 
 def __getattr__(name):

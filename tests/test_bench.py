@@ -28,6 +28,7 @@ SCRIPTS = [
     "malloc_threshold",
     "multi30k",
     "multi30k_jax",
+    "opus_mt",
     "prepared_data",
     "profile_step",
     "resume_stream",
@@ -263,6 +264,23 @@ def test_a_step_count_below_one_is_a_one_line_usage_error(script):
     result = run_bench(script, "--steps", "0")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].endswith("error: --steps must be positive. Received: 0")
+
+
+def test_the_opus_mt_bench_imports_exports_and_times_the_savedmodel_against_ctranslate2():
+    pytest.importorskip("transformers", reason="the bench builds its checkpoint with transformers")
+    result = run_bench("opus_mt", "--tiny", "--sentences", "2", "--repeats", "1", "--batch-sizes", "1,2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    imported, decoded = lines
+    assert [row["what"] for row in imported["rows"]][1:] == [
+        "kmt-import",
+        "SavedModel export (kmt-export)",
+        "CTranslate2 int8 export",
+    ]
+    assert all(row["seconds"] > 0 and row["mib"] > 0 for row in imported["rows"][1:])
+    variants = {(row["variant"], row["batch"]) for row in decoded["rows"]}
+    assert {("SavedModel greedy", 1), ("CT2 int8 greedy", 2)} <= variants
+    assert all(row["same_translations"] for row in decoded["speedups"] if "float32" in row["variant"])
 
 
 def test_decode_speed_refuses_two_comparisons_at_once_in_one_line():
