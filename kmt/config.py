@@ -293,6 +293,9 @@ def validate(cfg):
         not corpora or data.name in ("parallel", "wmt14_en_de"),
         f"data.train_corpora applies to data=parallel and data=wmt14_en_de. Received: data={data.name}",
     )
+    names = [corpus.name or corpus.source for corpus in corpora]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    _check(not repeated, f"data.train_corpora names a corpus twice (raise its weight instead): {', '.join(repeated)}")
     for number, corpus in enumerate(corpora):
         _check(corpus.weight > 0, f"data.train_corpora[{number}].weight must be positive. Received: {corpus.weight}")
         _check(

@@ -221,6 +221,10 @@ def test_data_parallel_takes_several_weighted_training_corpora(tmp_path):
         ),
         (["data=multi30k", "data.train_corpora=[{source: a, target: b}]"], "applies to data=parallel and data=wmt14"),
         (["data=wmt14_en_de", "data.train_corpora=[{name: europarl_v7, source: a}]"], "are named, not given files"),
+        (
+            ["data=wmt14_en_de", "data.train_corpora=[{name: commoncrawl}, {name: commoncrawl}]"],
+            "twice .*: commoncrawl",
+        ),
     ],
 )
 def test_mistaken_training_corpora_are_refused_in_one_line(overrides, message):
