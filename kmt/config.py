@@ -51,7 +51,7 @@ class TrainCorpus:
 
 @dataclass
 class DataConfig:
-    name: str = "dates"  # which corpus: dates (generated, offline), multi30k, spa_eng, parallel, prepared
+    name: str = "dates"  # which corpus: dates (generated, offline), multi30k, spa_eng, parallel, wmt14_en_de, prepared
     path: str = ""  # data=prepared: a kmt-prepare directory to train from
     vocabulary: str = ""  # a tokenizer/ directory (or a run or prepared directory holding one) to use instead of
     # training a vocabulary
