@@ -17,6 +17,7 @@ import types
 import typing
 from pathlib import Path
 
+import yaml
 from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,10 +82,15 @@ def yaml_value(value):
     if isinstance(value, str) and value == "":
         return "`''`"
     text = OmegaConf.to_yaml({"v": value}).strip()[3:]
+    if "\n" in text:  # a list or a mapping: on one line, as on the command line
+        text = yaml.safe_dump(OmegaConf.to_container(OmegaConf.create({"v": value}))["v"], default_flow_style=True)
+        text = " ".join(text.split())
     return f"`{text}`"
 
 
 def type_name(annotation):
+    if typing.get_origin(annotation) is list:
+        return f"list of {type_name(typing.get_args(annotation)[0])}"
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):  # Optional[X] or X | None
         return " or ".join("null" if arg is type(None) else arg.__name__ for arg in typing.get_args(annotation))
     return annotation.__name__
@@ -105,10 +111,12 @@ def schema_sections():
     titles = {}
 
     def visit(prefix, cls):
-        nested = [f for f in dataclasses.fields(cls) if dataclasses.is_dataclass(f.type)]
         by_class = {}
-        for f in nested:
-            by_class.setdefault(f.type, []).append(f"{prefix}{f.name}")
+        for f in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(f.type):
+                by_class.setdefault(f.type, []).append(f"{prefix}{f.name}")
+            elif typing.get_origin(f.type) is list and dataclasses.is_dataclass(typing.get_args(f.type)[0]):
+                by_class.setdefault(typing.get_args(f.type)[0], []).append(f"{prefix}{f.name}[i]")  # each entry
         for sub, names in by_class.items():
             title = ", ".join(names)
             titles[prefix, sub] = title
@@ -128,7 +136,7 @@ def key_table(cls, prefix, titles, whys):
             default = f"[{title}](#{anchor(title)})"
             kind = "group"
         else:
-            default = yaml_value(f.default)
+            default = yaml_value(f.default_factory() if f.default is dataclasses.MISSING else f.default)
             kind = type_name(f.type)
         rows.append([f"`{key}`", kind, default, markdown(whys.get((cls.__name__, f.name), ""))])
     return table(["key", "type", "default", "why"], rows)

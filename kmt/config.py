@@ -19,7 +19,7 @@ from kmt.errors import ConfigError
 from kmt.models.registry import model_archs
 
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
-DATASETS = ("dates", "multi30k", "spa_eng", "parallel", "prepared")
+DATASETS = ("dates", "multi30k", "spa_eng", "parallel", "wmt14_en_de", "prepared")
 MONITORS = ("val_loss", "val_ppl", "val_accuracy", "val_bleu")  # what trainer.monitor may name
 INHERITED = ("max_tokens", "batch_size", "bucket_width", "pad_to_bucket", "subword_sampling")  # data=prepared's
 OBJECTIVES = ("loss", "ppl", "accuracy", "bleu", "chrf", "exact_match")  # what trainer.objective may name
@@ -42,8 +42,16 @@ class SplitFiles:
 
 
 @dataclass
+class TrainCorpus:
+    name: str = ""  # what the log calls it; data=wmt14_en_de: europarl_v7, commoncrawl or news_commentary_v9
+    source: str | None = None  # data=parallel: its source-side file (a built-in corpus's own files otherwise)
+    target: str | None = None  # data=parallel: its target-side file, line-aligned with source
+    weight: float = 1.0  # it contributes round(weight x its pairs): 2 repeats it, 0.5 draws half (kmt.data.mix_corpora)
+
+
+@dataclass
 class DataConfig:
-    name: str = "dates"  # which corpus: dates (generated, offline), multi30k, spa_eng, parallel, prepared
+    name: str = "dates"  # which corpus: dates (generated, offline), multi30k, spa_eng, parallel, wmt14_en_de, prepared
     path: str = ""  # data=prepared: a kmt-prepare directory to train from
     vocabulary: str = ""  # a tokenizer/ directory (or a run or prepared directory holding one) to use instead of
     # training a vocabulary
@@ -69,6 +77,10 @@ class DataConfig:
     val: SplitFiles = field(default_factory=SplitFiles)  # data=parallel: the validation pairs' files
     test: SplitFiles = field(default_factory=SplitFiles)  # data=parallel: optional (no test metrics without them)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)  # the joint subword vocabulary
+    train_corpora: list[TrainCorpus] = field(default_factory=list)  # several training corpora, mixed by weight with
+    # data.seed, in place of data.train (data=parallel; data=wmt14_en_de lists its three); empty: data.train alone
+    mirror: str = ""  # data=wmt14_en_de: a URL (https://, file://) holding the archives under their upstream file
+    # names, in place of statmt.org; empty: upstream
 
 
 @dataclass
@@ -276,10 +288,29 @@ def validate(cfg):
         f"data.tokenized applies to data=multi30k only. Received: data.tokenized=true with data={data.name}",
     )
     _check(data.name != "prepared" or data.path, "data=prepared needs data.path=DIR, a directory made by kmt-prepare")
+    corpora = data.get("train_corpora") or []  # runs from before the option lack the key
+    _check(
+        not corpora or data.name in ("parallel", "wmt14_en_de"),
+        f"data.train_corpora applies to data=parallel and data=wmt14_en_de. Received: data={data.name}",
+    )
+    names = [corpus.name or corpus.source for corpus in corpora]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    _check(not repeated, f"data.train_corpora names a corpus twice (raise its weight instead): {', '.join(repeated)}")
+    for number, corpus in enumerate(corpora):
+        _check(corpus.weight > 0, f"data.train_corpora[{number}].weight must be positive. Received: {corpus.weight}")
+        _check(
+            data.name != "parallel" or (corpus.source and corpus.target),
+            f"data=parallel needs file paths: set data.train_corpora[{number}].source and .target",
+        )
+        _check(
+            data.name != "wmt14_en_de" or not (corpus.source or corpus.target),
+            f"data=wmt14_en_de's training corpora are named, not given files. Received: data.train_corpora[{number}]"
+            f" with source={corpus.source!r}, target={corpus.target!r}",
+        )
     if data.name == "parallel":
         unset = [
             f"data.{split}.{side}"
-            for split in ("train", "val")
+            for split in (("val",) if corpora else ("train", "val"))
             for side in ("source", "target")
             if not data[split][side]
         ]

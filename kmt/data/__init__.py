@@ -1,7 +1,9 @@
-"""Corpora (generated dates, Multi30k, spa-eng, your own files), their preparation and the batches training reads."""
+"""Corpora (generated dates, Multi30k, spa-eng, WMT14 En-De, your own files), their preparation and the batches
+training reads."""
 
 from kmt.data.dates import date_splits
-from kmt.data.sources import ParallelText, load_multi30k, load_parallel, load_spa_eng, read_parallel
+from kmt.data.sources import ParallelText, load_multi30k, load_parallel, load_spa_eng, mix_corpora, read_parallel
+from kmt.data.wmt14 import TRAIN_SETS, wmt14_en_de_files
 from kmt.errors import ConfigError
 
 
@@ -29,14 +31,44 @@ def load_corpus(data_cfg):
             target_lang=data_cfg.target_lang,
         )
     elif data_cfg.name == "parallel":
+        corpora = data_cfg.get("train_corpora")  # runs from before the option lack the key
+        splits = {"train": data_cfg.train, "val": data_cfg.val, "test": data_cfg.test}
+        if corpora:
+            del splits["train"]  # data.train_corpora's files make it
         corpus = load_parallel(
             {
                 split: (files.source, files.target) if files.source or files.target else None
-                for split, files in (("train", data_cfg.train), ("val", data_cfg.val), ("test", data_cfg.test))
-            }
+                for split, files in splits.items()
+            },
+            required=("val",) if corpora else ("train", "val"),
+        )
+        if corpora:
+            corpus["train"] = mix_corpora(
+                {
+                    entry.name or entry.source: (read_parallel(entry.source, entry.target), entry.weight)
+                    for entry in corpora
+                },
+                data_cfg.seed,
+            )
+    elif data_cfg.name == "wmt14_en_de":
+        corpora = data_cfg.train_corpora or [{"name": name, "weight": 1.0} for name in TRAIN_SETS]
+        files = wmt14_en_de_files(
+            data_cfg.dir,
+            data_cfg.source_lang,
+            data_cfg.target_lang,
+            train=tuple(entry["name"] for entry in corpora),
+            download=data_cfg.download,
+            mirror=data_cfg.mirror,
+        )
+        corpus = {split: read_parallel(*files[split]) for split in ("val", "test")}
+        corpus["train"] = mix_corpora(
+            {entry["name"]: (read_parallel(*files["train"][entry["name"]]), entry["weight"]) for entry in corpora},
+            data_cfg.seed,
         )
     else:
-        raise ConfigError(f"data.name must be dates, multi30k, spa_eng or parallel. Received: {data_cfg.name!r}")
+        raise ConfigError(
+            f"data.name must be dates, multi30k, spa_eng, parallel or wmt14_en_de. Received: {data_cfg.name!r}"
+        )
     if data_cfg.limit:
         corpus = {
             name: ParallelText(
@@ -47,4 +79,13 @@ def load_corpus(data_cfg):
     return corpus
 
 
-__all__ = ["ParallelText", "load_corpus", "load_multi30k", "load_parallel", "load_spa_eng", "read_parallel"]
+__all__ = [
+    "ParallelText",
+    "load_corpus",
+    "load_multi30k",
+    "load_parallel",
+    "load_spa_eng",
+    "mix_corpora",
+    "read_parallel",
+    "wmt14_en_de_files",
+]

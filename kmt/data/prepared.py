@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 def corpus_streams(data_cfg):
     """`{split: pairs}` for `data_cfg`: files of `data=parallel` are read as they are iterated (a corpus larger than
     memory prepares), the other corpora load whole; `data.limit` keeps the first pairs of each split."""
-    if data_cfg.name == "parallel":
+    if data_cfg.name == "parallel" and not data_cfg.get("train_corpora"):  # several weighted corpora: mixed in memory
         corpus = {
             split: StreamedParallel(files.source, files.target)
             for split, files in (("train", data_cfg.train), ("val", data_cfg.val), ("test", data_cfg.test))

@@ -9,6 +9,8 @@ Three sources, each returning `{"train": ParallelText, "val": ..., "test": ...}`
   sentence so that no source sentence of the test set was seen in training.
 - `load_parallel`: any pair of line-aligned UTF-8 files per split.
 
+(WMT14 En-De lives in `kmt.data.wmt14`.) `mix_corpora` makes one training split of several corpora, each weighted.
+
 Every user mistake (missing or empty file, invalid UTF-8, files that do not line up, an unknown language) raises
 `DataError` with one line naming the file, and the line number where there is one. Empty lines are kept here:
 the pipeline filters and counts them later.
@@ -279,10 +281,17 @@ def load_spa_eng(
     return {split: ParallelText(*columns[split], str(path), str(path)) for split in SPLITS}
 
 
-def load_parallel(paths: Mapping[str, Sequence[str] | None]) -> dict[str, ParallelText]:
+def load_parallel(
+    paths: Mapping[str, Sequence[str] | None], required: Sequence[str] = ("train", "val")
+) -> dict[str, ParallelText]:
     """Load user-supplied line-aligned files: `{"train": (src, tgt), "val": (src, tgt), "test": (src, tgt)}`.
 
-    `test` may be absent or `None`, and is then absent from the result.
+    A split outside `required` may be absent or `None`, and is then absent from the result.
+
+    Args:
+        paths: split -> (source file, target file).
+        required: the splits that must be given. Defaults to `("train", "val")` (train comes from elsewhere when
+            `data.train_corpora` lists several corpora).
 
     Raises:
         DataError: an unknown split, a missing train or val, a value that is not a (source, target) pair, or any
@@ -295,10 +304,49 @@ def load_parallel(paths: Mapping[str, Sequence[str] | None]) -> dict[str, Parall
     for split in SPLITS:
         pair = paths.get(split)
         if pair is None:
-            if split == "test":
+            if split not in required:
                 continue
             raise DataError(f"data paths need a (source, target) pair for {split}. Received: {split}=None")
         if isinstance(pair, (str, bytes)) or len(pair) != 2:
             raise DataError(f"data paths need a (source, target) pair for {split}. Received: {split}={pair!r}")
         corpus[split] = read_parallel(*pair)
     return corpus
+
+
+def mix_corpora(parts: Mapping[str, tuple[ParallelText, float]], seed: int = 1234) -> ParallelText:
+    """Several training corpora as one, each weighted: corpus `name` of `n` pairs contributes `round(weight * n)`.
+
+    A weight of 1 takes every pair once; 2 takes every pair twice (up-sampling a small in-domain corpus, fairseq's
+    `--upsample-primary`, Marian's and OpenNMT's data weights); 0.5 takes half the pairs, drawn without replacement;
+    2.5 every pair twice plus half of them once more. The chosen pairs of all corpora are then shuffled together, so
+    that any prefix (`data.limit`) holds each corpus in its share. All draws come from `random.Random(seed)`: the same
+    seed and corpora, the same pairs in the same order. The number of pairs each corpus contributed is logged.
+
+    Args:
+        parts: corpus name -> (its pairs, its weight > 0), in a fixed order.
+        seed: seed of the draws and the shuffle. Defaults to `1234`.
+
+    Returns:
+        The mixed pairs; their `source_path` and `target_path` list the corpora's files.
+
+    Raises:
+        DataError: a weight that is not positive, naming the corpus.
+    """
+    rng = random.Random(seed)
+    pairs = []
+    for name, (text, weight) in parts.items():
+        if not weight > 0:
+            raise DataError(f"the weight of training corpus {name} must be positive. Received: {weight}")
+        whole, fraction = divmod(weight, 1.0)
+        size = len(text)
+        chosen = list(range(size)) * int(whole) + sorted(rng.sample(range(size), round(fraction * size)))
+        pairs += [(text.source[i], text.target[i]) for i in chosen]
+        logger.info("training corpus %s: %d pairs x weight %g -> contributed %d pairs", name, size, weight, len(chosen))
+    rng.shuffle(pairs)
+    logger.info("mixed %d training pairs from %d corpora", len(pairs), len(parts))
+    return ParallelText(
+        [source for source, _ in pairs],
+        [target for _, target in pairs],
+        ", ".join(text.source_path for text, _ in parts.values()),
+        ", ".join(text.target_path for text, _ in parts.values()),
+    )
