@@ -228,8 +228,14 @@ def composing(user_dir=None):
 
     register_configs()
     extra = [f"hydra.searchpath=['file://{os.path.abspath(user_dir)}']"] if user_dir is not None else []
+    def composed(overrides, **options):
+        cfg = compose("config", overrides=[*extra, *overrides], **options)
+        if OmegaConf.is_interpolation(cfg, "output_dir"):  # ${hydra:runtime.output_dir}: no Hydra job resolves it here
+            cfg.output_dir = None
+        return cfg
+
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        yield lambda overrides, **options: compose("config", overrides=[*extra, *overrides], **options)
+        yield composed
 
 
 def compose_config(*overrides: str, config_dir: str | os.PathLike | None = None) -> DictConfig:

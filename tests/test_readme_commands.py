@@ -31,7 +31,7 @@ NOT_RUN = {
     r"python3\.11 -m venv .*": "the install",
     r"python -m pytest": "the test suite itself",
     r"kmt-serve .*": "a server, running until stopped (tests/test_serve.py runs it)",
-    r"kmt-import Helsinki-NLP/.*": "downloads from the Hugging Face hub (tests/test_marian.py imports a local checkpoint)",
+    r"kmt-import Helsinki-NLP/.*": "downloads from the hub (tests/test_marian.py imports a local checkpoint)",
     r"curl .*": "asks the kmt-serve above",
     r"kmt-translate \$RUN/export": "interactive, at a terminal; the line piping echo into it runs",
     r"kmt-export \$RUN --format ctranslate2 .*": "time: tests/test_ctranslate2.py runs this export through the CLI",
