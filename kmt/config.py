@@ -46,8 +46,8 @@ class CleanConfig:
     max_length_ratio: float = 0.0  # drop training pairs whose longer side has over this many times the subword tokens
     # of the shorter (Moses clean-corpus-n's -ratio; fairseq's WMT14 En-De script: 1.5); 0: off, as in
     # fairseq-preprocess and OpenNMT, which leave cleaning to the corpus's own script
-    deduplicate: bool = False  # drop training pairs that repeat an earlier pair exactly (about 64 bytes of memory a
-    # kept pair)
+    deduplicate: bool = False  # drop training pairs that repeat an earlier pair exactly (a 64-bit hash per kept pair
+    # held while preparing: about 80 bytes, 350 MB for WMT14's 4.5M pairs)
     drop_identical: bool = False  # drop training pairs whose source is their target (untranslated copies)
     invalid_utf8: str = "error"  # a training line of data=parallel that is not UTF-8: error (stop, naming the file and
     # line) or drop (drop its pair and count it); val and test lines always stop the run
