@@ -27,7 +27,8 @@ import sys
 import numpy as np
 
 from kmt.data.buckets import batches_per_pass, bucket_lengths, bucket_of, bucket_sizes
-from kmt.data.shards import Rows, fits
+from kmt.data.cleaning import fits
+from kmt.data.shards import Rows
 from kmt.special_ids import END_ID, START_ID
 
 SHUFFLE_BATCHES = 256  # batches the training stream's shuffle buffer holds

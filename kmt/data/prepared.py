@@ -8,6 +8,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from kmt.data import load_corpus
+from kmt.data.cleaning import ValidLines
 from kmt.data.shards import PreparedData, write_prepared
 from kmt.data.sources import ParallelText
 from kmt.data.streams import StreamedParallel
@@ -19,10 +20,12 @@ logger = logging.getLogger(__name__)
 
 def corpus_streams(data_cfg):
     """`{split: pairs}` for `data_cfg`: files of `data=parallel` are read as they are iterated (a corpus larger than
-    memory prepares), the other corpora load whole; `data.limit` keeps the first pairs of each split."""
+    memory prepares), the other corpora load whole; `data.limit` keeps the first pairs of each split. With
+    `data.clean.invalid_utf8=drop`, training lines that are not UTF-8 are read (for the cleaning to drop and count)."""
     if data_cfg.name == "parallel" and not data_cfg.get("train_corpora"):  # several weighted corpora: mixed in memory
+        errors = {"train": "surrogateescape" if data_cfg.clean.invalid_utf8 == "drop" else "strict"}
         corpus = {
-            split: StreamedParallel(files.source, files.target)
+            split: StreamedParallel(files.source, files.target, errors.get(split, "strict"))
             for split, files in (("train", data_cfg.train), ("val", data_cfg.val), ("test", data_cfg.test))
             if files.source or files.target or split != "test"
         }
@@ -95,8 +98,10 @@ def prepare_data(data_cfg, model_cfg, directory, record, vocabularies=None):
         logger.info("using the vocabulary of %s", data_cfg.vocabulary)
     if vocabularies is None:
         options = OmegaConf.to_container(data_cfg.tokenizer)
-        train = corpus["train"]
-        vocabularies = Vocabularies.train(train.source, train.target, joint=model_cfg.shared_embeddings, **options)
+        source, target = corpus["train"].source, corpus["train"].target
+        if data_cfg.clean.invalid_utf8 == "drop":  # the lines read that are not UTF-8 teach the vocabulary nothing
+            source, target = ValidLines(source), ValidLines(target)
+        vocabularies = Vocabularies.train(source, target, joint=model_cfg.shared_embeddings, **options)
     elif vocabularies.joint != model_cfg.shared_embeddings:
         raise ConfigError(
             f"model.shared_embeddings={model_cfg.shared_embeddings} needs "
@@ -104,5 +109,5 @@ def prepare_data(data_cfg, model_cfg, directory, record, vocabularies=None):
             "and the vocabulary given is not"
         )
     splits = {name: pairs_of(text) for name, text in corpus.items()}
-    write_prepared(directory, splits, vocabularies, model_cfg.max_length, record)
+    write_prepared(directory, splits, vocabularies, model_cfg.max_length, record, data_cfg.clean)
     return PreparedData(directory)

@@ -3,7 +3,8 @@
 A prepared directory (made by `kmt-prepare`, or by `kmt-train` inside its run directory) holds:
 
     meta.json                    format, max_length, vocabulary sizes, the id dtype, and per split the pairs read,
-                                 kept and dropped (and why), and the tokens of each side; written last
+                                 kept and dropped (per rule, `kmt.data.cleaning`), and the tokens of each side;
+                                 written last
     config.yaml                  the composed config it was prepared with
     tokenizer/                   the SentencePiece vocabulary (`kmt.tokenizer.Vocabularies`)
     <split>.source.ids           the kept pairs' source ids, end to end, uint16 (int32 for vocabularies of more
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kmt.data.cleaning import Cleaner
 from kmt.errors import DataError
 from kmt.run_dir import write_atomically
 
@@ -39,35 +41,31 @@ CHUNK = 8192  # pairs encoded at a time
 SIDES = ("source", "target")
 
 
-def fits(source_length, target_length, max_length):
-    """Whether a pair fits `max_length`: the target needs one more position, for the start (or end) token. For
-    numpy arrays of lengths and for ints alike."""
-    return (source_length <= max_length) & (target_length <= max_length - 1)
-
-
-def write_split(directory, name, pairs, vocabularies, max_length):
+def write_split(directory, name, pairs, vocabularies, max_length, clean=None):
     """Encodes the `(source, target)` string pairs of the iterable `pairs` into `directory`'s files for split `name`,
-    dropping pairs that are empty or longer than `max_length` on a side; returns the split's entry of `meta.json`."""
+    dropping pairs that are empty or longer than `max_length` on a side, and those the `clean` group's rules drop
+    (`kmt.data.cleaning.Cleaner`; None: none); returns the split's entry of `meta.json`."""
     directory = Path(directory)
     dtype = id_dtype(vocabularies)
     offsets, lines = array("q", [0, 0]), array("q")
-    read, dropped, tokens = 0, {"empty": 0, "too_long": 0}, [0, 0]
+    read, cleaner, tokens = 0, Cleaner(max_length, clean), [0, 0]
     files = {side: open(directory / f"{name}.{side}.ids", "wb") for side in SIDES}
-    texts = {side: open(directory / f"{name}.{side}.txt", "w", encoding="utf-8", newline="\n") for side in SIDES}
+    # errors="replace": a line that was not UTF-8 (dropped, data.clean.invalid_utf8=drop) is kept as text, readable
+    texts = {
+        side: open(directory / f"{name}.{side}.txt", "w", encoding="utf-8", errors="replace", newline="\n")
+        for side in SIDES
+    }
     try:
         pairs = iter(pairs)
         while chunk := list(itertools.islice(pairs, CHUNK)):
             sources, targets = [s for s, _ in chunk], [t for _, t in chunk]
             for side, text in zip(SIDES, (sources, targets)):
                 texts[side].write("".join(f"{line}\n" for line in text))
-            source_ids, target_ids = vocabularies.source.encode(sources), vocabularies.target.encode(targets)
+            source_ids = vocabularies.source.encode(cleaner.encodable(sources))
+            target_ids = vocabularies.target.encode(cleaner.encodable(targets))
             kept = {side: [] for side in SIDES}
             for k, (s, t, s_ids, t_ids) in enumerate(zip(sources, targets, source_ids, target_ids)):
-                if not s.strip() or not t.strip():
-                    dropped["empty"] += 1
-                elif not fits(len(s_ids), len(t_ids), max_length):
-                    dropped["too_long"] += 1
-                else:
+                if cleaner.keep(s, t, len(s_ids), len(t_ids)):
                     kept["source"].append(s_ids)
                     kept["target"].append(t_ids)
                     lines.append(read + k)
@@ -84,22 +82,11 @@ def write_split(directory, name, pairs, vocabularies, max_length):
     np.save(directory / f"{name}.index.npy", np.frombuffer(offsets, np.int64).reshape(-1, 2))
     np.save(directory / f"{name}.lines.npy", np.frombuffer(lines, np.int64))
     kept_pairs = len(lines)
-    if any(dropped.values()):
-        logger.info(
-            "%s: kept %d of %d pairs (dropped %d empty, %d longer than %d tokens)",
-            name,
-            kept_pairs,
-            read,
-            dropped["empty"],
-            dropped["too_long"],
-            max_length,
-        )
-    else:
-        logger.info("%s: %d pairs", name, read)
+    logger.info("%s", cleaner.summary(name, read, kept_pairs))
     return {
         "pairs": kept_pairs,
         "read": read,
-        "dropped": dropped,
+        "dropped": cleaner.dropped,
         "source_tokens": tokens[0],
         "target_tokens": tokens[1],
     }
@@ -111,10 +98,11 @@ def id_dtype(vocabularies):
     return np.dtype(np.uint16 if largest <= 2**16 else np.int32)
 
 
-def write_prepared(directory, splits, vocabularies, max_length, config_yaml):
+def write_prepared(directory, splits, vocabularies, max_length, config_yaml, clean=None):
     """Writes a prepared directory: `splits` maps split names to iterables of `(source, target)` string pairs, each
     encoded with `vocabularies` (saved into `directory/tokenizer` unless there already) and filtered to
-    `max_length`. `meta.json` is written last, atomically: a directory without it is incomplete."""
+    `max_length`; the train split is also cleaned by the rules of `clean` (the `data.clean` group; None: none).
+    `meta.json` is written last, atomically: a directory without it is incomplete."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -123,7 +111,10 @@ def write_prepared(directory, splits, vocabularies, max_length, config_yaml):
     if not Vocabularies.exists(directory / "tokenizer"):
         vocabularies.save(directory / "tokenizer")
     write_atomically(directory / "config.yaml", config_yaml)
-    entries = {name: write_split(directory, name, pairs, vocabularies, max_length) for name, pairs in splits.items()}
+    entries = {
+        name: write_split(directory, name, pairs, vocabularies, max_length, clean if name == "train" else None)
+        for name, pairs in splits.items()
+    }
     meta = {
         "format": FORMAT,
         "max_length": max_length,
