@@ -320,6 +320,11 @@ def validate(cfg):
     for number, corpus in enumerate(corpora):
         _check(corpus.weight > 0, f"data.train_corpora[{number}].weight must be positive. Received: {corpus.weight}")
         _check(
+            corpus.weight <= 1 or not data.get("clean", {}).get("deduplicate"),
+            f"data.train_corpora[{number}].weight={corpus.weight} repeats pairs that data.clean.deduplicate=true "
+            "would drop again: set one or the other",
+        )
+        _check(
             data.name != "parallel" or (corpus.source and corpus.target),
             f"data=parallel needs file paths: set data.train_corpora[{number}].source and .target",
         )

@@ -225,6 +225,10 @@ def test_data_parallel_takes_several_weighted_training_corpora(tmp_path):
             ["data=wmt14_en_de", "data.train_corpora=[{name: commoncrawl}, {name: commoncrawl}]"],
             "twice .*: commoncrawl",
         ),
+        (
+            ["data=wmt14_en_de", "data.train_corpora=[{name: europarl_v7, weight: 2}]"],
+            r"weight=2.0 repeats pairs that data.clean.deduplicate=true would drop again",
+        ),
     ],
 )
 def test_mistaken_training_corpora_are_refused_in_one_line(overrides, message):
@@ -242,6 +246,7 @@ def test_kmt_prepare_data_wmt14_en_de_runs_from_the_mirror(tmp_path, mirror, mon
     out = tmp_path / "prepared"
     weights = "[{name: europarl_v7, weight: 2}, {name: commoncrawl}, {name: news_commentary_v9}]"
     argv = ["data=wmt14_en_de", "debug=smoke", f"data.dir={tmp_path / 'data'}", f"data.mirror={url}"]
+    argv.append("data.clean.deduplicate=false")  # it would drop the repeats a weight of 2 makes (refused with one)
     monkeypatch.setattr(sys, "argv", ["kmt-prepare", *argv, f"data.train_corpora={weights}", f"hydra.run.dir={out}"])
     prepare.main()
     meta = json.loads((out / "meta.json").read_text())
