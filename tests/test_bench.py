@@ -19,6 +19,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 SCRIPTS = [
     "attention_scaling",
     "batching",
+    "corpus_scale",
     "decode_speed",
     "decode_sweep",
     "distribute_scaling",
@@ -264,6 +265,16 @@ def test_a_step_count_below_one_is_a_one_line_usage_error(script):
     result = run_bench(script, "--steps", "0")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].endswith("error: --steps must be positive. Received: 0")
+
+
+def test_the_corpus_scale_bench_prepares_both_corpora_and_trains_from_each(tmp_path):
+    result = run_bench("corpus_scale", "--pairs", "1200", "--small", "600", "--updates", "2", "--workdir", tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert [row["pairs"] for row in report["prepare"]] == [600, 1200]
+    assert report["prepare"][1]["vocabulary"] == "the small corpus's" and report["prepare"][1]["kept"] > 1000
+    assert all(row["rss_mb"] > 100 for row in report["training"]) and report["rss_ratio"] > 0
+    assert (tmp_path / "large" / "meta.json").is_file()
 
 
 def test_the_opus_mt_bench_imports_exports_and_times_the_savedmodel_against_ctranslate2():
