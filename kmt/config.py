@@ -146,6 +146,8 @@ class TrainerConfig:
     coordinator: str | None = None  # multi_worker under JAX: HOST:PORT of process 0 (else KERAS_DISTRIBUTION_*)
     num_processes: int | None = None  # multi_worker under JAX: how many processes train together
     process_id: int | None = None  # multi_worker under JAX: this process, 0 (the chief) to num_processes - 1
+    save_every_updates: int = 0  # also save checkpoints/update_NNNNNNN.weights.h5 and the resume state every N updates
+    # (fairseq's --save-interval-updates); average_last then averages these; 0: at epoch ends only
 
 
 @dataclass
@@ -379,6 +381,10 @@ def validate(cfg):
         trainer.keep_checkpoints >= max(1, trainer.average_last),
         "trainer.keep_checkpoints must keep the checkpoints trainer.average_last averages. "
         f"Received: keep_checkpoints={trainer.keep_checkpoints}, average_last={trainer.average_last}",
+    )
+    _check(
+        trainer.save_every_updates >= 0,
+        f"trainer.save_every_updates must be 0 (off) or more. Received: {trainer.save_every_updates}",
     )
     validate_decode(decode)
 
