@@ -148,6 +148,8 @@ class TrainerConfig:
     process_id: int | None = None  # multi_worker under JAX: this process, 0 (the chief) to num_processes - 1
     save_every_updates: int = 0  # also save checkpoints/update_NNNNNNN.weights.h5 and the resume state every N updates
     # (fairseq's --save-interval-updates); average_last then averages these; 0: at epoch ends only
+    validate_every_updates: int = 0  # also validate every N updates into logs/validations.csv (val_bleu too with
+    # val_bleu); patience then counts these validations; 0: at epoch ends only
 
 
 @dataclass
@@ -382,10 +384,8 @@ def validate(cfg):
         "trainer.keep_checkpoints must keep the checkpoints trainer.average_last averages. "
         f"Received: keep_checkpoints={trainer.keep_checkpoints}, average_last={trainer.average_last}",
     )
-    _check(
-        trainer.save_every_updates >= 0,
-        f"trainer.save_every_updates must be 0 (off) or more. Received: {trainer.save_every_updates}",
-    )
+    for key in ("save_every_updates", "validate_every_updates"):
+        _check(trainer[key] >= 0, f"trainer.{key} must be 0 (off) or more. Received: {trainer[key]}")
     validate_decode(decode)
 
 

@@ -15,7 +15,8 @@ Layout of `RunDir(root)`, as kmt-train leaves it:
     checkpoints/backup/       the resume state: Keras's BackupAndRestore files (weights with the optimizer state,
                               and training_metadata.json: the epoch, the batches of the next one done, kmt's
                               dropout random state and the epoch's running metrics)
-    logs/                     history.csv, curves.png, TensorBoard's train/ and validation/
+    logs/                     history.csv, validations.csv (trainer.validate_every_updates), curves.png,
+                              TensorBoard's train/ and validation/
     model.keras               the trained model (`keras.saving.load_model` after `from kmt.models import Transformer`)
     export/                   the SavedModel
     metrics.json              the run's scores, written last
@@ -258,6 +259,7 @@ class RunDir:
         self.logs = self.root / "logs"
         self.history = self.logs / "history.csv"
         self.curves = self.logs / "curves.png"
+        self.validations = self.logs / "validations.csv"
         self.model = self.root / "model.keras"
         self.export = self.root / "export"
         self.metrics = self.root / "metrics.json"

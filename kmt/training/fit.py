@@ -20,7 +20,7 @@ from kmt.plots import curves_title, plot_curves, read_history
 from kmt.run_dir import write_atomically
 from kmt.training.checkpointing import EpochCheckpoint, UpdateCheckpoint
 from kmt.training.control import DeferredInterrupt, EarlyStopping, LateDropout, StoppedEarly, TimeBudget
-from kmt.training.logs import HistoryCSV, TrainingStats, ValidationBLEU
+from kmt.training.logs import HistoryCSV, TrainingStats, UpdateValidation, ValidationBLEU
 from kmt.training.resume import AtomicBackupAndRestore, optimizer_step
 
 logger = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ def fit(cfg, prepared):
         val_bleu,
         chief=p.placement.chief,
         steps_per_epoch=p.steps_per_epoch,
+        val_data=p.val_data,
     )
     interrupt = DeferredInterrupt()  # last: an epoch's backup is written before Ctrl-C is acted on
     started, history = time.perf_counter(), None
@@ -84,8 +85,8 @@ def fit(cfg, prepared):
         path = p.run.checkpoints.interrupted if p.placement.chief else scratch_dir() / "interrupted.weights.h5"
         write_atomically(path, p.model.save_weights)  # the weights of the moment, for inspection
         raise Interrupted(interrupt.received or signal.SIGINT, path, p.run.checkpoints.resume_point()) from None
-    except StoppedEarly as stopped:  # the resume state's weights are restored: go on to finish
-        logger.info("resumed run: %s", stopped)
+    except StoppedEarly as stopped:  # patience or time spent at a resume, or within an epoch: go on to finish
+        logger.info("%s", stopped)
     wall_seconds = time.perf_counter() - started
     updates = optimizer_step(p.model)
     if p.schedule.cooldown_steps and updates < p.total_steps:
@@ -114,35 +115,53 @@ def merged(first, then):
 
 
 def build_callbacks(
-    trainer_cfg, optim_cfg, model_cfg, run, tokens_per_epoch, record, val_bleu=None, chief=True, steps_per_epoch=1
+    trainer_cfg,
+    optim_cfg,
+    model_cfg,
+    run,
+    tokens_per_epoch,
+    record,
+    val_bleu=None,
+    chief=True,
+    steps_per_epoch=1,
+    val_data=None,
 ):
     """The callbacks of a run in `run` (a `RunDir`), in the order their epoch-end hooks must run, and its
     `TrainingStats`, from the config's `trainer`, `optim` and `model` groups. `record`, the run's config as YAML, is
     written to the run's `config.yaml` when training begins. `val_bleu`, a `ValidationBLEU` or None, comes before
     everything that reads or times the epoch's logs. `steps_per_epoch` (batches) places the updates that
-    `trainer.save_every_updates` saves at within their epoch.
+    `trainer.save_every_updates` saves at within their epoch; `val_data` is what `trainer.validate_every_updates`
+    evaluates.
 
     A worker other than the `chief` of a distributed run writes nothing to the run: it resumes from the chief's
     resume state and saves its weights when the chief does, into a scratch directory (`scratch_dir`), since under
     JAX every process takes part in reading weights spread over processes."""
     stats = TrainingStats(tokens_per_epoch)
     accumulation, every_updates = optim_cfg.gradient_accumulation_steps, trainer_cfg.save_every_updates
+    validate = trainer_cfg.validate_every_updates
+
+    def validations(path):  # before the update checkpoint and resume state, as at epoch ends
+        return [UpdateValidation(val_data, path, validate, accumulation, val_bleu)] if validate else []
+
     if not chief:
         scratch = scratch_dir()
         backup = AtomicBackupAndRestore(
             run.checkpoints.backup, accumulation, scratch / "backup.weights.h5", every_updates, steps_per_epoch
         )
         checkpoints = [  # in the chief's order
+            *validations(scratch / "validations.csv"),
             EpochCheckpoint(scratch, keep=1, monitor=trainer_cfg.monitor),
             UpdateCheckpoint(scratch, every_updates, keep=1, batches_per_update=accumulation),
         ]
         return [keras.callbacks.TerminateOnNaN(), *([val_bleu] if val_bleu else []), stats, *checkpoints, backup], stats
     run.logs.mkdir(parents=True, exist_ok=True)
+    validation = validations(run.validations)
     callbacks = [
         keras.callbacks.TerminateOnNaN(),
         *([val_bleu] if val_bleu else []),
         stats,
         HistoryCSV(run.history),  # before the backup: a resume drops rows the backup does not cover
+        *validation,
         *tensorboard(run),
         # before the resume state: a kill once it holds the epoch finds the epoch's checkpoint (which averaging reads)
         EpochCheckpoint(run.checkpoints.directory, keep=trainer_cfg.keep_checkpoints, monitor=trainer_cfg.monitor),
@@ -156,11 +175,14 @@ def build_callbacks(
         keras.callbacks.LambdaCallback(on_train_begin=lambda logs: write_atomically(run.config, record)),
     ]
     if trainer_cfg.patience:  # after the checkpoint, which records the best epoch
-        callbacks.append(EarlyStopping(run.checkpoints.directory, trainer_cfg.monitor, trainer_cfg.patience))
+        callbacks.append(
+            EarlyStopping(run.checkpoints.directory, trainer_cfg.monitor, trainer_cfg.patience, *validation)
+        )
     if model_cfg.late_dropout is not None:
         callbacks.insert(0, LateDropout(model_cfg.late_dropout, model_cfg.late_dropout_after))
     if trainer_cfg.max_minutes:
-        callbacks.append(TimeBudget(trainer_cfg.max_minutes * 60, run.history))
+        every = math.gcd(every_updates, validate)  # at each update checkpoint and validation
+        callbacks.append(TimeBudget(trainer_cfg.max_minutes * 60, run.history, every, accumulation))
     return callbacks, stats
 
 
