@@ -74,6 +74,7 @@ FINE_TUNABLE = (
     "activation_dropout",
     "late_dropout",
     "late_dropout_after",
+    "late_dropout_after_updates",
     "source_word_dropout",
     "target_word_dropout",
 )

@@ -99,6 +99,8 @@ class ModelConfig:
     position_layout: str = "interleaved"  # sinusoids: interleaved sin/cos (the paper's) or halves (Marian's)
     activation: str = "relu"  # feed-forward inner activation: relu (the paper's), gelu, or swish/silu (Marian's)
     output_bias: bool = False  # a learned bias on the tied projection's logits (Marian's final_logits_bias)
+    late_dropout_after_updates: int = 0  # >0: late_dropout takes over after this many updates instead of
+    # model.late_dropout_after epochs (an epoch at WMT scale is hours)
 
 
 @dataclass
@@ -320,8 +322,9 @@ def validate(cfg):
             f"model.late_dropout must be in [0, 1) or null. Received: model.late_dropout={model.late_dropout}",
         )
         _check(
-            model.late_dropout_after > 0,
-            f"model.late_dropout needs model.late_dropout_after > 0 epochs. Received: {model.late_dropout_after}",
+            model.late_dropout_after > 0 or model.late_dropout_after_updates > 0,
+            f"model.late_dropout needs model.late_dropout_after > 0 epochs. Received: {model.late_dropout_after} (or "
+            f"model.late_dropout_after_updates > 0 updates: {model.late_dropout_after_updates})",
         )
         _check(
             model.dropout > 0,

@@ -83,3 +83,12 @@ def test_time_budget_stops_at_an_update_checkpoint_within_the_epoch(tmp_path):
     assert (state["epoch"], state["batch"], state["update"]) == (0, 2, 2)  # resumable exactly from there
     assert (tmp_path / "checkpoints" / "update_0000002.weights.h5").exists()
     assert (tmp_path / "export" / "saved_model.pb").exists() and (tmp_path / "metrics.json").exists()
+
+
+@pytest.mark.slow
+def test_late_dropout_switches_after_a_number_of_updates(tmp_path):
+    args = ["debug=smoke", "trainer.epochs=2", "model.late_dropout=0.3", "model.late_dropout_after_updates=3"]
+    result = run_cli("train", *args, f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "residual and embedding dropout 0.1 -> 0.3 from update 4" in result.stdout + result.stderr
+    assert (tmp_path / "export" / "saved_model.pb").exists()

@@ -12,7 +12,7 @@ import keras
 
 from kmt._keras_private import initial_epoch
 from kmt.run_dir import Checkpoints
-from kmt.training.checkpointing import improves
+from kmt.training.checkpointing import improves, optimizer_step
 
 logger = logging.getLogger(__name__)
 
@@ -186,29 +186,45 @@ class TimeBudget(keras.callbacks.Callback):
 class LateDropout(keras.callbacks.Callback):
     """Sets the residual and embedding dropout (`model.dropout`) to `rate` for the epochs after the first `after`
     ("late dropout", Liu et al., 2023, "Dropout Reduces Underfitting"): a run learns fast with little dropout, then
-    regularizes once it starts to overfit. A resumed run past `after` gets `rate` from its first epoch.
+    regularizes once it starts to overfit. With `after_updates` (`model.late_dropout_after_updates`), after that
+    many updates instead, within an epoch. A resumed run past the switch gets `rate` from its first batch.
 
     A dropout rate is a constant of the traced train step, so the step is traced again once, when the rate changes.
     """
 
-    def __init__(self, rate, after):
+    def __init__(self, rate, after, after_updates=0, batches_per_update=1):
         super().__init__()
         self.rate, self.after = rate, after
+        self.after_updates, self.batches_per_update = after_updates, batches_per_update
+        self._batches = None
+
+    def on_train_begin(self, logs=None):
+        self._batches = None  # read at the first epoch, once a resume has restored the optimizer
 
     def on_epoch_begin(self, epoch, logs=None):
-        if epoch < self.after:
-            return
+        if not self.after_updates:
+            if epoch >= self.after:
+                self._switch(f"epoch {epoch + 1}")
+        elif self._batches is None:
+            updates = optimizer_step(self.model)
+            self._batches = updates * self.batches_per_update
+            if updates >= self.after_updates:
+                self._switch(f"update {updates + 1}")
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.after_updates:
+            self._batches += 1
+            if self._batches == self.after_updates * self.batches_per_update:
+                self._switch(f"update {self.after_updates + 1}")
+
+    def _switch(self, when):
         before = self.model.residual_dropouts()[0].rate  # they are built at one rate and only ever set together
         if before == self.rate:
             return
         count = self.model.set_residual_dropout(self.rate)
         self.model.make_train_function(force=True)
         logger.info(
-            "late dropout: residual and embedding dropout %g -> %g from epoch %d (%d layers)",
-            before,
-            self.rate,
-            epoch + 1,
-            count,
+            "late dropout: residual and embedding dropout %g -> %g from %s (%d layers)", before, self.rate, when, count
         )
 
 

@@ -179,7 +179,8 @@ def build_callbacks(
             EarlyStopping(run.checkpoints.directory, trainer_cfg.monitor, trainer_cfg.patience, *validation)
         )
     if model_cfg.late_dropout is not None:
-        callbacks.insert(0, LateDropout(model_cfg.late_dropout, model_cfg.late_dropout_after))
+        after = model_cfg.late_dropout_after, model_cfg.late_dropout_after_updates
+        callbacks.insert(0, LateDropout(model_cfg.late_dropout, *after, batches_per_update=accumulation))
     if trainer_cfg.max_minutes:
         every = math.gcd(every_updates, validate)  # at each update checkpoint and validation
         callbacks.append(TimeBudget(trainer_cfg.max_minutes * 60, run.history, every, accumulation))
