@@ -74,6 +74,7 @@ FINE_TUNABLE = (
     "activation_dropout",
     "late_dropout",
     "late_dropout_after",
+    "late_dropout_after_updates",
     "source_word_dropout",
     "target_word_dropout",
 )
@@ -116,14 +117,15 @@ def fine_tuned_model(model_cfg, start_model) -> dict:
     return shape
 
 
-def early_averaging_warning(count, epochs, run_root):
-    """The warning to log when averaging the last `count` of a run's `epochs` epochs takes in more than half the run,
-    else None. A time budget decides how many epochs a run gets, so a recipe's window can outgrow a short run
-    (docs/training.md, "Run length, validation and early stopping")."""
+def early_averaging_warning(count, epochs, run_root, kind="epoch"):
+    """The warning to log when averaging the last `count` of a run's `epochs` checkpoints takes in more than half
+    the run, else None. `kind` is what they count: `"epoch"`, or `"update checkpoint"` for a run that saves by
+    updates (`trainer.save_every_updates`). A time budget decides how long a run is, so a recipe's window can
+    outgrow a short run (docs/training.md, "Run length, validation and early stopping")."""
     if count <= 1 or 2 * count <= epochs:
         return None
     return (
-        f"averaging the last {count} of the run's {epochs} epochs reaches back to epoch {epochs - count + 1}, "
+        f"averaging the last {count} of the run's {epochs} {kind}s reaches back to {kind} {epochs - count + 1}, "
         f"whose early weights can pull the average down; choose trainer.average_last on val for a run this "
         f"short (python bench/decode_sweep.py {run_root} --average N)"
     )

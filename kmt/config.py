@@ -125,6 +125,8 @@ class ModelConfig:
     position_layout: str = "interleaved"  # sinusoids: interleaved sin/cos (the paper's) or halves (Marian's)
     activation: str = "relu"  # feed-forward inner activation: relu (the paper's), gelu, or swish/silu (Marian's)
     output_bias: bool = False  # a learned bias on the tied projection's logits (Marian's final_logits_bias)
+    late_dropout_after_updates: int = 0  # >0: late_dropout takes over after this many updates instead of
+    # model.late_dropout_after epochs (an epoch at WMT scale is hours)
 
 
 @dataclass
@@ -172,6 +174,10 @@ class TrainerConfig:
     coordinator: str | None = None  # multi_worker under JAX: HOST:PORT of process 0 (else KERAS_DISTRIBUTION_*)
     num_processes: int | None = None  # multi_worker under JAX: how many processes train together
     process_id: int | None = None  # multi_worker under JAX: this process, 0 (the chief) to num_processes - 1
+    save_every_updates: int = 0  # also save checkpoints/update_NNNNNNN.weights.h5 and the resume state every N updates
+    # (fairseq's --save-interval-updates); average_last then averages these; 0: at epoch ends only
+    validate_every_updates: int = 0  # also validate every N updates into logs/validations.csv (val_bleu too with
+    # val_bleu); patience then counts these validations; 0: at epoch ends only
 
 
 @dataclass
@@ -373,8 +379,9 @@ def validate(cfg):
             f"model.late_dropout must be in [0, 1) or null. Received: model.late_dropout={model.late_dropout}",
         )
         _check(
-            model.late_dropout_after > 0,
-            f"model.late_dropout needs model.late_dropout_after > 0 epochs. Received: {model.late_dropout_after}",
+            model.late_dropout_after > 0 or model.late_dropout_after_updates > 0,
+            f"model.late_dropout needs model.late_dropout_after > 0 epochs. Received: {model.late_dropout_after} (or "
+            f"model.late_dropout_after_updates > 0 updates: {model.late_dropout_after_updates})",
         )
         _check(
             model.dropout > 0,
@@ -445,6 +452,8 @@ def validate(cfg):
         "trainer.keep_checkpoints must keep the checkpoints trainer.average_last averages. "
         f"Received: keep_checkpoints={trainer.keep_checkpoints}, average_last={trainer.average_last}",
     )
+    for key in ("save_every_updates", "validate_every_updates"):
+        _check(trainer[key] >= 0, f"trainer.{key} must be 0 (off) or more. Received: {trainer[key]}")
     validate_decode(decode)
 
 

@@ -9,11 +9,14 @@ Layout of `RunDir(root)`, as kmt-train leaves it:
     .lock                     the run lock (`RunLock`)
     tokenizer/                joint.model, or source.model and target.model (each with a readable .vocab)
     data/                     the corpus prepared for training (`kmt.data.shards`), unless it trained on data=prepared
-    checkpoints/              epoch_NNN.weights.h5 (the newest trainer.keep_checkpoints), best.weights.h5 and
-                              best.json, average_lastN.weights.h5, interrupted.weights.h5
+    checkpoints/              epoch_NNN.weights.h5 and update_NNNNNNN.weights.h5 (trainer.save_every_updates; the
+                              newest trainer.keep_checkpoints of each), best.weights.h5 and best.json,
+                              average_lastN.weights.h5, interrupted.weights.h5
     checkpoints/backup/       the resume state: Keras's BackupAndRestore files (weights with the optimizer state,
-                              and training_metadata.json: the epoch, kmt's dropout random state)
-    logs/                     history.csv, curves.png, TensorBoard's train/ and validation/
+                              and training_metadata.json: the epoch, the batches of the next one done, kmt's
+                              dropout random state and the epoch's running metrics)
+    logs/                     history.csv, validations.csv (trainer.validate_every_updates), curves.png,
+                              TensorBoard's train/ and validation/
     model.keras               the trained model (`keras.saving.load_model` after `from kmt.models import Transformer`)
     export/                   the SavedModel
     metrics.json              the run's scores, written last
@@ -128,7 +131,7 @@ class RunLock:
 
 
 class Checkpoints:
-    """A run's `checkpoints/` folder: epoch, best, averaged and interrupted weights, and the resume state."""
+    """A run's `checkpoints/` folder: epoch, update, best, averaged and interrupted weights, and the resume state."""
 
     def __init__(self, directory):
         self.directory = Path(directory)
@@ -145,17 +148,30 @@ class Checkpoints:
         """The epoch checkpoints on disk, oldest first."""
         return sorted(self.directory.glob("epoch_*.weights.h5"))
 
+    def update(self, number):
+        """`update_NNNNNNN.weights.h5`: the weights after `number` optimizer updates (`trainer.save_every_updates`)."""
+        return self.directory / f"update_{number:07d}.weights.h5"
+
+    def updates(self):
+        """The update checkpoints on disk, oldest first."""
+        return sorted(self.directory.glob("update_*.weights.h5"))
+
+    def averageable(self):
+        """What "the last N checkpoints" are, oldest first: the update checkpoints of a run that saves by updates
+        (`trainer.save_every_updates`, the paper's checkpoints at 10-minute intervals), else the epoch checkpoints."""
+        return self.updates() or self.epochs()
+
     def averaged(self, count):
         return self.directory / f"average_last{count}.weights.h5"
 
     def find(self, which):
-        """`"last"` (newest epoch), `"best"` (the best `trainer.monitor`: lowest val loss by default) or a path -> an
-        existing `.weights.h5` path."""
+        """`"last"` (the newest epoch or update checkpoint), `"best"` (the best `trainer.monitor`: lowest val loss by
+        default) or a path -> an existing `.weights.h5` path."""
         if which == "best":
             path = self.best
         elif which == "last":
-            epochs = self.epochs()
-            path = epochs[-1] if epochs else self.directory / "epoch_NNN.weights.h5"
+            saved = self._newest_first()
+            path = saved[0] if saved else self.directory / "epoch_NNN.weights.h5"
         else:
             path = Path(which)
         if not path.is_file():
@@ -163,11 +179,16 @@ class Checkpoints:
         return path
 
     def last(self, count):
-        """The last `count` epoch checkpoints, oldest first; a `KmtError` when there are fewer."""
-        paths = self.epochs()
+        """The last `count` checkpoints (`averageable`), oldest first; a `KmtError` when there are fewer."""
+        paths = self.averageable()
         if len(paths) < count:
-            raise KmtError(f"--average {count} needs {count} epoch checkpoints; {self.directory} has {len(paths)}")
+            kind = "update" if self.updates() else "epoch"
+            raise KmtError(f"--average {count} needs {count} {kind} checkpoints; {self.directory} has {len(paths)}")
         return paths[-count:]
+
+    def _newest_first(self):
+        """Epoch and update checkpoints together, the newest written first."""
+        return sorted(self.epochs() + self.updates(), key=lambda path: path.stat().st_mtime_ns, reverse=True)
 
     def best_epoch(self, monitor):
         """`{"epoch": E, "monitor": NAME, "value": V}` from `best.json`: the best epoch so far by `monitor` (epochs
@@ -204,10 +225,17 @@ class Checkpoints:
         state = self.resume_state()
         return state["epoch"] if state else 0
 
+    def resume_point(self):
+        """Where the resume state stands, in words: `"epoch 3"`, or `"update 120 (epoch 4)"` mid-epoch."""
+        state = self.resume_state() or {"epoch": 0}
+        if state.get("batch"):
+            return f"update {state['update']} (epoch {state['epoch'] + 1})"
+        return f"epoch {state['epoch']}"
+
     def _restart_advice(self):
         """The way out of a broken resume state. An epoch checkpoint holds the weights only, not the optimizer state
         or the stream position, so the run cannot go on exactly: it can start afresh from those weights."""
-        for path in reversed(self.epochs()):
+        for path in self._newest_first():
             if weights_error(path) is not None:
                 continue
             return (
@@ -231,6 +259,7 @@ class RunDir:
         self.logs = self.root / "logs"
         self.history = self.logs / "history.csv"
         self.curves = self.logs / "curves.png"
+        self.validations = self.logs / "validations.csv"
         self.model = self.root / "model.keras"
         self.export = self.root / "export"
         self.metrics = self.root / "metrics.json"

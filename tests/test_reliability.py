@@ -86,6 +86,58 @@ def test_killed_run_resumes_where_it_stopped(tmp_path):
     assert killed_metrics["steps"] == reference_metrics["steps"]  # the optimizer step carried over the kill
 
 
+def _weights(path):
+    import h5py
+
+    arrays = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, item: arrays.update({name: item[()]}) if isinstance(item, h5py.Dataset) else None)
+    return arrays
+
+
+def test_run_killed_mid_epoch_resumes_at_the_update_it_saved(tmp_path):
+    # trainer.save_every_updates saves the resume state within epochs (57 batches here): a kill after update 20
+    # resumes at batch 21 of epoch 1, on the batches, dropout masks and running means of the uninterrupted run.
+    from kmt.training import train
+    from tests.helpers import compose_config
+
+    by_updates = [*LONGER, "trainer.epochs=2", "trainer.save_every_updates=20"]
+    reference, killed = tmp_path / "reference", tmp_path / "killed"
+    train(compose_config(*by_updates[1:]), reference)
+
+    env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kmt.cli.train", *by_updates, f"hydra.run.dir={killed}"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    first = killed / "checkpoints" / "backup" / "training_metadata.json"  # the resume state of update 20
+    deadline = time.time() + 300
+    while not first.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    state = json.loads(first.read_text())
+    assert state["epoch"] == 0 and state["batch"] == state["update"] == 20, state  # killed mid-epoch
+
+    resumed = run_cli("train", *by_updates, f"hydra.run.dir={killed}")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "20 batches into epoch 1" in resumed.stdout + resumed.stderr
+    expected, got = _history(reference), _history(killed)
+    assert [row["epoch"] for row in got] == [row["epoch"] for row in expected] == ["0", "1"]
+    for key in ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate"):
+        assert [float(r[key]) for r in got] == pytest.approx([float(r[key]) for r in expected], rel=1e-5), key
+    names = sorted(p.name for p in (reference / "checkpoints").glob("update_*.weights.h5"))
+    assert names == [f"update_{n:07d}.weights.h5" for n in (20, 40, 60, 80, 100)]
+    assert sorted(p.name for p in (killed / "checkpoints").glob("update_*.weights.h5")) == names
+    for name in names[1:]:  # trained after the kill: the uninterrupted run's weights, update for update
+        want, have = _weights(reference / "checkpoints" / name), _weights(killed / "checkpoints" / name)
+        assert want.keys() == have.keys()
+        for key in want:
+            assert have[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), (name, key)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "SIGTERM"])
 def test_a_stop_signal_saves_and_exits_cleanly(tmp_path, signum):
     # SIGTERM is what job schedulers (Slurm, Kubernetes) send before they kill: before, it ended kmt-train at once.

@@ -4,6 +4,7 @@ import csv
 import logging
 import signal
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -11,12 +12,21 @@ import keras
 
 from kmt._keras_private import initial_epoch
 from kmt.run_dir import Checkpoints
+from kmt.training.checkpointing import improves, optimizer_step
 
 logger = logging.getLogger(__name__)
 
 
 class StoppedEarly(Exception):
     """Raised when a resumed run has already used up its patience or its time budget, so `fit` trains nothing more."""
+
+
+def read_rows(path):
+    """The rows of a CSV log (`logs/validations.csv`) as dicts; none when there is no file."""
+    if not Path(path).exists():
+        return []
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
 
 
 def _epochs(count):
@@ -33,13 +43,38 @@ class EarlyStopping(keras.callbacks.Callback):
         directory: the run's `checkpoints/`, where `best.json` is.
         monitor: str. The logged metric that must improve. Defaults to `"val_loss"`.
         patience: int. Epochs without improvement before training stops. Defaults to 1.
+        validation: an `UpdateValidation` or None. Given (`trainer.validate_every_updates`), patience counts its
+            validations, not epochs, and training stops at the update whose validation spends it. Defaults to
+            `None`.
     """
 
-    def __init__(self, directory, monitor="val_loss", patience=1):
+    def __init__(self, directory, monitor="val_loss", patience=1, validation=None):
         super().__init__()
         self.checkpoints = Checkpoints(directory)
         self.monitor = monitor
         self.patience = patience
+        self.validation = validation
+        self._seen = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        # With an `UpdateValidation` (trainer.validate_every_updates), patience counts its validations instead: the
+        # rows of logs/validations.csv since the best one. Put this callback after it and after the resume state.
+        if self.validation is None or self.validation.last is None or self.validation.last is self._seen:
+            return
+        self._seen = self.validation.last
+        rows = [row for row in read_rows(self.validation.path) if row.get(self.monitor)]
+        values = [float(row[self.monitor]) for row in rows]
+        best = 0
+        for index in range(1, len(values)):
+            if improves(self.monitor, values[index], values[best]):
+                best = index
+        if len(values) - 1 - best >= self.patience:
+            self.model.stop_training = True  # under JAX, reading `model` brings the train step's state back first
+            raise StoppedEarly(
+                f"early stopping at update {rows[-1]['update']}: {self.monitor} has not improved for "
+                f"{len(values) - 1 - best} validations (best {values[best]:.4g} at update {rows[best]['update']}; "
+                f"trainer.patience={self.patience})"
+            )
 
     def _patience_spent(self, epochs_done):
         """The best epoch's record when `patience` epochs have passed since it, else None."""
@@ -47,6 +82,9 @@ class EarlyStopping(keras.callbacks.Callback):
         return best if best and epochs_done - best["epoch"] >= self.patience else None
 
     def on_train_begin(self, logs=None):
+        self._seen = None
+        if self.validation is not None:
+            return
         epochs_done = initial_epoch(self.model)  # set by a resume (BackupAndRestore)
         best = self._patience_spent(epochs_done)
         if best:
@@ -56,6 +94,8 @@ class EarlyStopping(keras.callbacks.Callback):
             )
 
     def on_epoch_end(self, epoch, logs=None):
+        if self.validation is not None:
+            return
         best = self._patience_spent(epoch + 1)
         if best:
             logger.info(
@@ -75,14 +115,33 @@ class TimeBudget(keras.callbacks.Callback):
 
     Time counts whole epochs (training and validation, `epoch_seconds` in history.csv), including those of earlier
     invocations of a resumed run, read from the rows of `history_path` that the resume state covers. The next
-    epoch is predicted to take as long as the mean epoch so far.
+    epoch is predicted to take as long as the mean epoch so far. With `every_updates` (the interval of update
+    checkpoints or validations) the budget is also checked every so many updates, and a run stops between them
+    (after the resume state saved there).
     """
 
-    def __init__(self, max_seconds, history_path):
+    def __init__(self, max_seconds, history_path, every_updates=0, batches_per_update=1):
         super().__init__()
         self.max_seconds = max_seconds
         self.history_path = Path(history_path)
+        self.every = every_updates * batches_per_update  # in batches
         self._durations = []
+        self._started, self._batches = time.perf_counter(), 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        # Checked every `every_updates` too (trainer.save_every_updates, trainer.validate_every_updates): an
+        # epoch can be hours. One more interval is predicted to take as long as their mean in this invocation.
+        self._batches += 1
+        if not self.every or self._batches % self.every:
+            return
+        elapsed = time.perf_counter() - self._started
+        spent = sum(self._durations) + elapsed
+        if spent + elapsed / (self._batches // self.every) > self.max_seconds:
+            self.model.stop_training = True  # under JAX, reading `model` brings the train step's state back first
+            raise StoppedEarly(
+                f"time budget: stopping within epoch {len(self._durations) + 1}, {spent / 60:.1f} of "
+                f"trainer.max_minutes={self.max_seconds / 60:g} spent, and one more interval would overrun it"
+            )
 
     def _earlier(self, epoch):
         """`epoch_seconds` of the epochs before `epoch`, from the history rows."""
@@ -104,6 +163,7 @@ class TimeBudget(keras.callbacks.Callback):
         # scored and exported) trains no more.
         epochs_done = initial_epoch(self.model)  # set by a resume (BackupAndRestore)
         self._durations = durations = self._earlier(epochs_done)
+        self._started, self._batches = time.perf_counter(), 0
         if self._spent(durations):
             raise StoppedEarly(
                 f"time budget spent: {_epochs(len(durations))} took {sum(durations) / 60:.1f} of "
@@ -112,6 +172,7 @@ class TimeBudget(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self._durations.append((logs or {}).get("epoch_seconds", 0.0))
+        self._started = time.perf_counter()
         if self._spent(self._durations):
             logger.info(
                 "time budget: stopping after epoch %d, %.1f of %.1f minutes spent",
@@ -125,29 +186,45 @@ class TimeBudget(keras.callbacks.Callback):
 class LateDropout(keras.callbacks.Callback):
     """Sets the residual and embedding dropout (`model.dropout`) to `rate` for the epochs after the first `after`
     ("late dropout", Liu et al., 2023, "Dropout Reduces Underfitting"): a run learns fast with little dropout, then
-    regularizes once it starts to overfit. A resumed run past `after` gets `rate` from its first epoch.
+    regularizes once it starts to overfit. With `after_updates` (`model.late_dropout_after_updates`), after that
+    many updates instead, within an epoch. A resumed run past the switch gets `rate` from its first batch.
 
     A dropout rate is a constant of the traced train step, so the step is traced again once, when the rate changes.
     """
 
-    def __init__(self, rate, after):
+    def __init__(self, rate, after, after_updates=0, batches_per_update=1):
         super().__init__()
         self.rate, self.after = rate, after
+        self.after_updates, self.batches_per_update = after_updates, batches_per_update
+        self._batches = None
+
+    def on_train_begin(self, logs=None):
+        self._batches = None  # read at the first epoch, once a resume has restored the optimizer
 
     def on_epoch_begin(self, epoch, logs=None):
-        if epoch < self.after:
-            return
+        if not self.after_updates:
+            if epoch >= self.after:
+                self._switch(f"epoch {epoch + 1}")
+        elif self._batches is None:
+            updates = optimizer_step(self.model)
+            self._batches = updates * self.batches_per_update
+            if updates >= self.after_updates:
+                self._switch(f"update {updates + 1}")
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.after_updates:
+            self._batches += 1
+            if self._batches == self.after_updates * self.batches_per_update:
+                self._switch(f"update {self.after_updates + 1}")
+
+    def _switch(self, when):
         before = self.model.residual_dropouts()[0].rate  # they are built at one rate and only ever set together
         if before == self.rate:
             return
         count = self.model.set_residual_dropout(self.rate)
         self.model.make_train_function(force=True)
         logger.info(
-            "late dropout: residual and embedding dropout %g -> %g from epoch %d (%d layers)",
-            before,
-            self.rate,
-            epoch + 1,
-            count,
+            "late dropout: residual and embedding dropout %g -> %g from %s (%d layers)", before, self.rate, when, count
         )
 
 

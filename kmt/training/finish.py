@@ -21,7 +21,8 @@ logger = logging.getLogger(__name__)
 
 
 def finish(cfg, prepared, fitted):
-    """Saves `model.keras`, averages the last `trainer.average_last` epoch checkpoints into the model, scores val
+    """Saves `model.keras`, averages the last `trainer.average_last` checkpoints (`Checkpoints.averageable`: the
+    update checkpoints of a run that saves by updates, else the epoch ones) into the model, scores val
     and test with the decoder, exports it (`trainer.export`) and writes `metrics.json`; returns the metrics.
 
     A distributed run's chief does it all on a copy of the model on its own devices (`distribute.local_copy`), and
@@ -40,8 +41,10 @@ def finish(cfg, prepared, fitted):
         p = replace(p, model=local_copy(weights, p.build))
     write_atomically(run.model, p.model.save)
     if cfg.trainer.average_last > 1:
-        paths = run.checkpoints.epochs()[-cfg.trainer.average_last :]
-        if warning := early_averaging_warning(len(paths), steps // p.updates_per_epoch, run.root):
+        paths = run.checkpoints.averageable()[-cfg.trainer.average_last :]
+        every = cfg.trainer.save_every_updates
+        saved = steps // (every or p.updates_per_epoch)  # checkpoints the run has saved
+        if warning := early_averaging_warning(len(paths), saved, run.root, "update checkpoint" if every else "epoch"):
             logger.warning(warning)
         average_checkpoints(p.model, paths)
         write_atomically(run.checkpoints.averaged(len(paths)), p.model.save_weights)
@@ -52,7 +55,7 @@ def finish(cfg, prepared, fitted):
     )
 
     train = train_stats(p.epoch, fitted, p.updates_per_epoch, p.model, steps)
-    train["averaged_checkpoints"] = max(1, min(cfg.trainer.average_last, len(run.checkpoints.epochs())))
+    train["averaged_checkpoints"] = max(1, min(cfg.trainer.average_last, len(run.checkpoints.averageable())))
     train["best"] = run.checkpoints.best_epoch(cfg.trainer.monitor)
     metrics = {"train": train}
     for name in ("val", "test"):

@@ -10,7 +10,7 @@ from pathlib import Path
 import keras
 
 from kmt.run_dir import append_durably, write_atomically
-from kmt.training.checkpointing import finite_loss
+from kmt.training.checkpointing import EveryUpdates, finite_loss
 
 logger = logging.getLogger(__name__)
 
@@ -63,20 +63,25 @@ class ValidationBLEU(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if logs is None or not finite_loss(logs):
             return
+        logs["val_bleu"] = self.score(f"epoch {epoch + 1}")
+
+    def score(self, when):
+        """The val split's BLEU with the weights of the moment, logged as `when` ("epoch 3", "update 4000")."""
         from kmt.metrics import sacre_scores
 
         started = time.perf_counter()
         if self.decoder is not None and self.decoder is not self.model:
             self.decoder.set_weights(self.model.get_weights())
         translations = self.translate(self.sources)
-        logs["val_bleu"] = sacre_scores(translations, self.references, self.tokenized)["bleu"]
+        bleu = sacre_scores(translations, self.references, self.tokenized)["bleu"]
         logger.info(
-            "epoch %d: val_bleu %.2f (%d sentences translated in %.1f s)",
-            epoch + 1,
-            logs["val_bleu"],
+            "%s: val_bleu %.2f (%d sentences translated in %.1f s)",
+            when,
+            bleu,
             len(self.sources),
             time.perf_counter() - started,
         )
+        return bleu
 
 
 class HistoryCSV(keras.callbacks.Callback):
@@ -134,3 +139,50 @@ def _csv_text(rows):
     text = io.StringIO()
     csv.writer(text).writerows(rows)
     return text.getvalue()
+
+
+class UpdateValidation(EveryUpdates):
+    """Validates every `every` updates (fairseq's `--validate-interval-updates`, Marian's `--valid-freq`): the val
+    loss and metrics, and `val_bleu` when given a `ValidationBLEU`, logged and appended to `path`
+    (`logs/validations.csv`: `update`, `epoch` counted from 0, then the scores). The epoch's running training
+    metrics are kept across it. A resumed run drops the rows after the update it resumes at. `last` holds the
+    latest row.
+
+    Args:
+        data: the val split's batches (`Prepared.val_data`).
+        path: `logs/validations.csv`.
+        every: int. `trainer.validate_every_updates`.
+        batches_per_update: int. `optim.gradient_accumulation_steps`. Defaults to 1.
+        val_bleu: a `ValidationBLEU` or None. Defaults to `None`.
+    """
+
+    def __init__(self, data, path, every, batches_per_update=1, val_bleu=None):
+        super().__init__(every, batches_per_update)
+        self.data, self.path, self.val_bleu = data, Path(path), val_bleu
+        self.last = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        first = self.batches is None
+        super().on_epoch_begin(epoch, logs)
+        if first and self.path.exists():
+            rows = list(csv.reader(io.StringIO(self.path.read_text(encoding="utf-8"))))
+            kept = rows[:1] + [row for row in rows[1:] if row and int(row[0]) * self.batches_per_update <= self.batches]
+            if len(kept) < len(rows):
+                write_atomically(self.path, _csv_text(kept))
+
+    def on_updates(self, update, logs):
+        model = self.model
+        running = [keras.ops.convert_to_numpy(v) for v in model.metrics_variables]  # evaluate resets them
+        scores = model.evaluate(self.data, verbose=0, return_dict=True)
+        for variable, value in zip(model.metrics_variables, running):
+            variable.assign(value)
+        row = {"update": update, "epoch": self.epoch} | {f"val_{k}": float(v) for k, v in scores.items()}
+        if self.val_bleu is not None:
+            row["val_bleu"] = self.val_bleu.score(f"update {update}")
+        logger.info("update %d: %s", update, ", ".join(f"{k} {v:.4g}" for k, v in row.items() if k.startswith("val_")))
+        if self.path.exists() and self.path.stat().st_size:
+            columns = next(csv.reader(io.StringIO(self.path.read_text(encoding="utf-8"))))
+            append_durably(self.path, _csv_text([[row.get(key, "") for key in columns]]))
+        else:
+            write_atomically(self.path, _csv_text([list(row), list(row.values())]))
+        self.last = row

@@ -73,6 +73,8 @@ class Prepared:
     val_data: Any
     evaluation_data: Callable  # split name -> one pass over its batches, for model.evaluate
     steps_per_epoch: int  # batches
+    batches_done: int  # batches of the epoch in progress a resumed run has done (a resume state saved mid-epoch)
+    train_from: Callable  # batches already trained -> the training stream after them
     updates_per_epoch: int  # optimizer updates (steps_per_epoch / optim.gradient_accumulation_steps)
     total_steps: int  # updates of the whole run, what the schedule counts
     schedule: Any
@@ -84,9 +86,10 @@ class Prepared:
 
 def prepare(cfg, run_dir, verbose=None):
     """Seeds, sets the precision and builds the run's data and model; a resumed run (one with a resume state) starts
-    its stream after the batches of its finished epochs, a fine-tuning run (`trainer.init_from`) from another run's
-    vocabulary and weights. `cfg` is read, never changed: what the run resolves (`Resolved`: the precision, XLA,
-    a prepared directory's batching, `verbose` when given) makes `Prepared.cfg`."""
+    its stream after the batches it trained (whole epochs, and those of an epoch saved mid-way), a fine-tuning run
+    (`trainer.init_from`) from another run's vocabulary and weights. `cfg` is read, never changed: what the run
+    resolves (`Resolved`: the precision, XLA, a prepared directory's batching, `verbose` when given) makes
+    `Prepared.cfg`."""
     backend.keep_tensorflow_out()
     placement = place(cfg.trainer)  # first: a JAX process joins its cluster before it computes anything
     keras.utils.set_random_seed(cfg.seed)
@@ -105,7 +108,8 @@ def prepare(cfg, run_dir, verbose=None):
     run = RunDir(run_dir)
     resuming = run.checkpoints.resumable
     # A resume state that does not read stops here, before any data loads, saying what to do.
-    epochs_done = run.checkpoints.epochs_in_backup() if resuming else 0
+    state = (run.checkpoints.resume_state() or {}) if resuming else {}
+    epochs_done, batches_done = state.get("epoch", 0), state.get("batch", 0)
     # Fine-tuning starts from another run, unless this run is resuming: then its own resume state has the weights.
     init_run, init_weights = None, None
     if cfg.trainer.init_from:  # the model's shape is the starting run's (recorded in this run's config.yaml)
@@ -153,13 +157,10 @@ def prepare(cfg, run_dir, verbose=None):
             cfg.data.subword_sampling,
             100 * (train_batches.epoch_rows.target_tokens / train.target_tokens - 1),
         )
-    if epochs_done:
-        logger.info(
-            "resuming the training stream after the %d batches of epochs 1-%d (passing over them first)",
-            epochs_done * steps_per_epoch,
-            epochs_done,
-        )
-    train_data = keras_data(train_batches, skip=epochs_done * steps_per_epoch)
+    skip = epochs_done * steps_per_epoch + batches_done
+    if skip:
+        logger.info("resuming the training stream after its first %d batches (passing over them first)", skip)
+    train_from = lambda batches: keras_data(train_batches, skip=batches)  # noqa: E731
 
     def evaluation_data(name, local=False):
         one = batcher(data.split(name), local=local)
@@ -195,10 +196,12 @@ def prepare(cfg, run_dir, verbose=None):
         vocabularies,
         texts,
         train_batches.epoch_rows,
-        train_data,
+        train_from(skip),
         evaluation_data("val"),
         evaluation_data,
         steps_per_epoch,
+        batches_done,
+        train_from,
         updates_per_epoch,
         total_steps,
         schedule,
