@@ -268,3 +268,35 @@ def test_kmt_prepare_refuses_an_archive_with_the_wrong_checksum_in_one_line(tmp_
     assert result.returncode == 2, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: {url}/training-parallel-europarl-v7.tgz: sha256 ") and "by hand" in last
+
+
+def test_the_base_recipe_runs_end_to_end_on_the_mirror(tmp_path, mirror, monkeypatch):
+    """experiment=wmt14_en_de_base debug=smoke: fetch, clean, prepare, train by updates with checkpoints inside the
+    epochs, average the last two, export and score the test set."""
+    from kmt.cli import train
+
+    url, sets = mirror
+    monkeypatch.setattr(wmt14, "SETS", sets)  # the digests of the tiny archives, in this process
+    run = tmp_path / "run"
+    argv = [
+        "experiment=wmt14_en_de_base",
+        "debug=smoke",
+        f"data.dir={tmp_path / 'data'}",
+        f"data.mirror={url}",
+        "data.max_tokens=128",  # a few batches an epoch from 17 pairs
+        "data.bucket_width=1",
+        "optim.gradient_accumulation_steps=1",
+        "trainer.epochs=2",
+        "trainer.save_every_updates=2",
+        "trainer.average_last=2",
+        f"hydra.run.dir={run}",
+    ]
+    monkeypatch.setattr(sys, "argv", ["kmt-train", *argv])
+    train.main()
+    updates = sorted(path.name for path in (run / "checkpoints").glob("update_*.weights.h5"))
+    assert len(updates) >= 2, updates
+    assert (run / "checkpoints" / "average_last2.weights.h5").is_file()
+    assert (run / "export" / "saved_model.pb").is_file()
+    meta = json.loads((run / "data" / "meta.json").read_text())
+    assert {"length_ratio", "duplicate", "identical"} <= set(meta["splits"]["train"]["dropped"])
+    assert json.loads((run / "metrics.json").read_text())["test"]["pairs"] == 2
