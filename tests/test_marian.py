@@ -191,3 +191,25 @@ def test_what_kmt_cannot_map_is_refused_in_one_line_before_anything_is_written(i
     with pytest.raises(CheckpointError, match="vocab.json"):
         import_marian(str(changed), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_pytorch_model_bin_imports_as_model_safetensors_does(imported, tmp_path):
+    from kmt.importers.marian import import_marian
+
+    reference, checkpoint, run = imported
+    if not reference.config.tie_word_embeddings:
+        pytest.skip("one output layout is enough for the weights' file format")
+    legacy = shutil.copytree(checkpoint, tmp_path / "legacy", ignore=shutil.ignore_patterns("model.safetensors"))
+    torch.save(reference.state_dict(), legacy / "pytorch_model.bin")  # older OPUS-MT uploads: read weights_only
+    imported_again = import_marian(str(legacy), tmp_path / "run")
+    weights = [load_run_model(path)[2].get_weights() for path in (run, imported_again)]
+    assert all(np.array_equal(a, b) for a, b in zip(*weights))
+
+
+def test_a_hub_id_that_cannot_be_downloaded_says_how_to_pass_a_directory(tmp_path):
+    result = run_cli("importer", "Nobody/opus-mt-xx-yy", "--output", tmp_path / "run", env={"HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: could not download Nobody/opus-mt-xx-yy from the Hugging Face hub (")
+    assert line.endswith("(`hf download Nobody/opus-mt-xx-yy --local-dir DIR`) and pass DIR")
+    assert not (tmp_path / "run").exists()
