@@ -28,7 +28,7 @@ def test_ensemble_log_probs_are_the_log_of_the_mean_probability():
 
 def test_an_ensemble_picks_each_token_by_the_mean_of_its_models_probabilities():
     """Greedy search over an ensemble against a hand loop: each step runs both models over the whole prefix, averages
-    their probabilities, never picks pad, and pads after the end."""
+    their probabilities, never picks pad or start, and pads after the end."""
     models = ensemble()
     tokens, scores = (to_numpy(x) for x in search_ids(models, SOURCE, SearchSettings(beam_size=1, max_length=8)))
     # The prefix so far, then pad: the decoder is causal, so position t's logits see tokens 0..t only. One width for
@@ -43,7 +43,7 @@ def test_an_ensemble_picks_each_token_by_the_mean_of_its_models_probabilities():
             ],
             axis=0,
         )  # (B, V)
-        probs[:, PAD] = 0.0
+        probs[:, [PAD, START]] = 0.0  # never emitted
         token = probs.argmax(axis=-1)
         total += np.where(done, 0.0, np.log(probs[np.arange(3), token]))
         token = np.where(done, PAD, token)
