@@ -87,7 +87,7 @@ def test_train_help_explains_groups_values_and_data_dir():
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Config groups (pick one with group=option):" in result.stdout
     assert "experiment: multi30k_de_en, multi30k_en_de" in result.stdout
-    assert "\ndata: dates, multi30k, parallel, prepared, spa_eng, wmt14_en_de\n" in result.stdout  # options only, no schema node
+    assert "\ndata: dates, multi30k, parallel, prepared, spa_eng, wmt14_en_de\n" in result.stdout  # options only
     assert "\nmodel: base, big, lstm, narrow, small, tiny\n" in result.stdout and "trainer: default\n" in result.stdout
     assert "  sampling_topk: 1" in result.stdout and "  init_from: ''" in result.stdout
     assert "Corpora are read from $KMT_DATA_DIR" in result.stdout
