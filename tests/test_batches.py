@@ -11,8 +11,8 @@ import pytest
 
 from kmt.data import batches as batches_module
 from kmt.data.batches import Batcher, keras_data, py_dataset, tf_dataset
-from kmt.data.buckets import bucket_edges
-from kmt.data.shards import PreparedData, write_prepared
+from kmt.data.buckets import bucket_edges, bucket_lengths, bucket_of
+from kmt.data.shards import OnDisk, PreparedData, write_prepared
 from kmt.special_ids import END_ID, START_ID
 from kmt.tokenizer import Vocabularies
 
@@ -70,6 +70,23 @@ def test_shards_hold_the_ids_tensorflow_text_gives(split, vocabularies):
     ragged = vocabularies.source.tokenize(tf.constant(kept))
     assert [split.pair(i)[0].tolist() for i in range(len(split))] == ragged.to_list()
     assert split.source_ids.dtype == np.uint16  # a vocabulary of 300 pieces: two bytes an id
+
+
+def test_prepared_files_read_from_disk_index_like_numpy_and_the_buckets_read_in_chunks(varied, monkeypatch):
+    offsets = np.load(varied._directory / "train.index.npy")
+    source = np.fromfile(varied._directory / "train.source.ids", np.uint16)
+    assert isinstance(varied.offsets, OnDisk) and varied.offsets.shape == offsets.shape
+    for key in (0, 5, -1, slice(3, 9), slice(70, 200), slice(5, 2), (-1, 1), (slice(2, 6), 0)):
+        np.testing.assert_array_equal(varied.offsets[key], offsets[key])
+    np.testing.assert_array_equal(np.asarray(varied.source_ids), source)
+    with pytest.raises(IndexError):
+        varied.offsets[len(offsets)]
+    lengths = np.diff(offsets, axis=0)
+    whole = Batcher(varied, 16, max_tokens=40).buckets(varied)
+    monkeypatch.setattr(batches_module, "BUCKETING_CHUNK", 7)
+    assert whole.dtype == np.uint8
+    np.testing.assert_array_equal(Batcher(varied, 16, max_tokens=40).buckets(varied), whole)
+    np.testing.assert_array_equal(whole, bucket_of(bucket_lengths(lengths[:, 0], lengths[:, 1]), bucket_edges(16)))
 
 
 def test_decoder_input_is_shifted_right_behind_a_start_token(split):

@@ -33,6 +33,7 @@ from kmt.special_ids import END_ID, START_ID
 
 SHUFFLE_BATCHES = 256  # batches the training stream's shuffle buffer holds
 SAMPLING_CHUNK = 1024  # sentences segmented by one seeded draw of subword sampling
+BUCKETING_CHUNK = 2**20  # pairs whose lengths are read at a time to bucket them
 
 
 class Batcher:
@@ -76,7 +77,12 @@ class Batcher:
         self.steps_per_pass = batches_per_pass(epoch_buckets, self.sizes, repeated=True)
 
     def buckets(self, rows):
-        return bucket_of(bucket_lengths(rows.source_lengths, rows.target_lengths), self.edges)
+        """The bucket of each of `rows`' pairs: one small int a pair, the index read a chunk at a time."""
+        buckets = np.empty(len(rows), np.uint8 if len(self.sizes) <= 256 else np.uint16)
+        for start in range(0, len(rows), BUCKETING_CHUNK):
+            lengths = bucket_lengths(*rows.lengths(start, start + BUCKETING_CHUNK))
+            buckets[start : start + len(lengths)] = bucket_of(lengths, self.edges)
+        return buckets
 
     def _pass(self, number):
         """The rows of the training stream's pass `number` and their buckets: `rows` itself, or with sampling a
@@ -98,7 +104,7 @@ class Batcher:
         pending, buffer = {}, []
         for number in itertools.count():
             rows, buckets = self._pass(number)
-            for i in rng.permutation(len(rows)):
+            for i in rng.permutation(len(rows)).astype(np.int32 if len(rows) < 2**31 else np.int64):  # half the bytes
                 bucket = buckets[i]
                 members = pending.setdefault(bucket, [])
                 members.append((rows, i))

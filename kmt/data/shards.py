@@ -14,7 +14,8 @@ A prepared directory (made by `kmt-prepare`, or by `kmt-train` inside its run di
     <split>.source.txt           every line of the split as read (kept or not: BLEU translates every source line,
     <split>.target.txt           and subword sampling segments the kept ones afresh)
 
-The ids are memory-mapped when read, so a corpus larger than memory trains; writing streams over the text in chunks,
+The ids and the index are read from disk pair by pair (`OnDisk`), so a corpus larger than memory trains, and a
+process's memory does not grow with its corpus; writing streams over the text in chunks,
 so preparing one is not bounded by memory either. Ids come from the `sentencepiece` library (`Tokenizer.encode`): no
 TensorFlow is needed to prepare or to read.
 """
@@ -22,6 +23,8 @@ TensorFlow is needed to prepare or to read.
 import itertools
 import json
 import logging
+import operator
+import os
 import time
 from array import array
 from dataclasses import dataclass
@@ -177,30 +180,87 @@ class PreparedData:
 
 
 class Rows:
-    """Pairs of token-id rows, stored flat: `source[i]`, `target[i]` are numpy arrays of pair i's ids."""
+    """Pairs of token-id rows, stored flat: `pair(i)` is pair i's source and target ids, numpy arrays.
+
+    `source`, `target` (the ids end to end) and `offsets` ((N + 1, 2): where each pair's ids start) are numpy arrays
+    or `OnDisk` arrays: anything sliced like a numpy array."""
 
     def __init__(self, source, target, offsets):
-        self.source_ids, self.target_ids, self.offsets = source, target, offsets  # offsets: (N + 1, 2)
+        self.source_ids, self.target_ids, self.offsets = source, target, offsets
 
     def __len__(self):
         return len(self.offsets) - 1
 
-    @cached_property
-    def source_lengths(self):
-        return np.diff(self.offsets[:, 0])
-
-    @cached_property
-    def target_lengths(self):
-        return np.diff(self.offsets[:, 1])
+    def lengths(self, start=0, stop=None):
+        """Source and target tokens of pairs `start` to `stop`: two int64 arrays."""
+        stop = len(self) if stop is None else min(stop, len(self))
+        counts = np.diff(np.asarray(self.offsets[start : stop + 1], np.int64), axis=0)
+        return counts[:, 0], counts[:, 1]
 
     def pair(self, i):
-        (s0, t0), (s1, t1) = self.offsets[i], self.offsets[i + 1]
+        (s0, t0), (s1, t1) = self.offsets[i : i + 2]
         return self.source_ids[s0:s1], self.target_ids[t0:t1]
 
     @property
     def target_tokens(self):
         """Target tokens the loss sees per pass (each sentence's tokens plus its end token)."""
-        return int(self.offsets[-1, 1]) + len(self)
+        return int(self.offsets[-1][1]) + len(self)
+
+
+class OnDisk:
+    """A 1-D or 2-D array in a file, read with `os.pread` at each access instead of memory-mapped.
+
+    A training stream reads pairs in random order. Mapped, each pair it reads stays resident in the process (with
+    the kernel's read-ahead around it), so resident memory grew with the corpus; read, the pages stay in the page
+    cache, which the kernel shares and reclaims, and the process holds only what it asked for. Indexing takes an
+    int or a slice with step 1 (rows), then any numpy index within them, and returns numpy arrays; `np.asarray`
+    reads the whole array.
+    """
+
+    def __init__(self, path, dtype, shape, offset=0):
+        self.path, self.dtype, self.shape, self._offset = Path(path), np.dtype(dtype), tuple(shape), offset
+        self._row_bytes = self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
+        self._file = open(self.path, "rb", buffering=0)  # closed with this object
+
+    @classmethod
+    def npy(cls, path):
+        """The array of a `.npy` file."""
+        with open(path, "rb") as handle:
+            version = np.lib.format.read_magic(handle)
+            header = {(1, 0): np.lib.format.read_array_header_1_0}.get(version, np.lib.format.read_array_header_2_0)
+            shape, fortran_order, dtype = header(handle)
+            if fortran_order:
+                raise DataError(f"{path}: a Fortran-ordered array; prepare the data again")
+            return cls(path, dtype, shape, handle.tell())
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __getitem__(self, key):
+        if isinstance(key, tuple):  # rows first, then numpy's indexing within them
+            rows, *within = key
+            return self[rows][(slice(None), *within) if isinstance(rows, slice) else tuple(within)]
+        if isinstance(key, slice):
+            start, stop, step = key.indices(len(self))
+            if step != 1:
+                raise IndexError("OnDisk arrays are sliced with step 1")
+            return self._read(start, max(start, stop))
+        i = operator.index(key)
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"index {i} is out of bounds for {len(self)} rows")
+        i %= len(self)
+        return self._read(i, i + 1)[0]
+
+    def __array__(self, dtype=None, copy=None):
+        whole = self._read(0, len(self))
+        return whole if dtype is None else whole.astype(dtype)
+
+    def _read(self, start, stop):
+        count = stop - start
+        data = os.pread(self._file.fileno(), count * self._row_bytes, self._offset + start * self._row_bytes)
+        if len(data) != count * self._row_bytes:
+            raise DataError(f"{self.path} is shorter than its index says; prepare the data again")
+        return np.frombuffer(data, self.dtype).reshape(count, *self.shape[1:])
 
 
 @dataclass
@@ -220,10 +280,11 @@ class Split(Rows):
 
     def __init__(self, directory, name, entry, dtype):
         self.name, self.entry, self._directory = name, entry, Path(directory)
-        ids = {side: _memmap(self._directory / f"{name}.{side}.ids", dtype) for side in SIDES}
-        offsets = np.load(self._directory / f"{name}.index.npy", mmap_mode="r")
+        ids = {side: _ids(self._directory / f"{name}.{side}.ids", dtype) for side in SIDES}
+        offsets = OnDisk.npy(self._directory / f"{name}.index.npy")
         super().__init__(ids["source"], ids["target"], offsets)
-        if len(self) != entry["pairs"] or len(ids["source"]) != offsets[-1, 0] or len(ids["target"]) != offsets[-1, 1]:
+        last = offsets[-1]
+        if len(self) != entry["pairs"] or len(ids["source"]) != last[0] or len(ids["target"]) != last[1]:
             raise DataError(f"{self._directory}: the {name} split's files disagree with meta.json; prepare it again")
 
     @property
@@ -236,10 +297,8 @@ class Split(Rows):
         return Text(source, target, np.load(self._directory / f"{self.name}.lines.npy"))
 
 
-def _memmap(path, dtype):
-    if path.stat().st_size == 0:  # numpy cannot map an empty file
-        return np.zeros(0, dtype)
-    return np.memmap(path, dtype=dtype, mode="r")
+def _ids(path, dtype):
+    return OnDisk(path, dtype, (path.stat().st_size // np.dtype(dtype).itemsize,))
 
 
 def _read_lines(path):
