@@ -11,6 +11,13 @@ import keras  # noqa: E402
 import pytest  # noqa: E402
 
 
+def pytest_collection_modifyitems(config, items):
+    """The end-to-end runs (marked slow) first, in their order, then the rest: under pytest-xdist the long runs start
+    early and the short tests fill the workers' last minutes, instead of one worker running a minutes-long test at
+    the end while the other waits."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_keras_state():
     """Every test starts in float32, whatever an earlier test set. (No reseeding here: `tf.random.set_seed` clears

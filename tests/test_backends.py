@@ -67,6 +67,7 @@ def jax_run(prepared_smoke, tmp_path_factory):
     return run_dir, process.pid, set(attempts.read_text().split()), stderr
 
 
+@pytest.mark.slow
 def test_a_jax_run_from_prepared_data_trains_scores_and_never_imports_tensorflow(jax_run):
     run_dir, pid, tried, stderr = jax_run
     assert str(pid) not in tried  # the training process never asked for TensorFlow
@@ -84,6 +85,7 @@ def test_a_jax_run_from_prepared_data_trains_scores_and_never_imports_tensorflow
     assert f"kmt-export {run_dir} --average 2" in (run_dir / "train.log").read_text()  # what to run where TF is
 
 
+@pytest.mark.slow
 def test_kmt_export_makes_the_saved_model_of_a_jax_run_where_tensorflow_is(jax_run, tmp_path):
     run_dir = jax_run[0]
     result = run_cli("export", run_dir, "--average", "2", "--output", tmp_path / "export")
@@ -94,6 +96,7 @@ def test_kmt_export_makes_the_saved_model_of_a_jax_run_where_tensorflow_is(jax_r
     assert len(lines) == 3 and all(line.strip() for line in lines[:2]) and lines[2] == ""
 
 
+@pytest.mark.slow
 def test_a_jax_run_resumed_after_an_epoch_ends_with_the_uninterrupted_runs_losses(prepared_smoke, jax_run, tmp_path):
     run_dir = tmp_path / "run"
     common = [
@@ -111,6 +114,7 @@ def test_a_jax_run_resumed_after_an_epoch_ends_with_the_uninterrupted_runs_losse
         assert [float(row[key]) for row in resumed] == pytest.approx([float(row[key]) for row in whole], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_tensorflow_and_jax_train_to_the_same_val_loss_from_the_same_start(prepared_smoke, tmp_path):
     """Both backends fine-tune one run's weights (`trainer.init_from`: a fresh optimizer, so the same start) for two
     epochs on the same batches, without dropout (whose random draws differ by backend); from their own random
@@ -134,6 +138,7 @@ def test_tensorflow_and_jax_train_to_the_same_val_loss_from_the_same_start(prepa
     assert jax_loss == pytest.approx(tf_loss, rel=0.02)
 
 
+@pytest.mark.slow
 def test_a_pytorch_run_from_prepared_data_resumes_averages_and_beam_searches(prepared_smoke, tmp_path):
     pytest.importorskip("torch")
     run_dir = tmp_path / "run"

@@ -90,6 +90,7 @@ def test_help_explains_and_exits_zero(script):
 
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
+@pytest.mark.slow
 def test_batching_benchmark_reports_every_width():
     result = run_bench(
         "batching", "--widths", "0,1,3", "--steps", "2", "--repeats", "1", "debug=smoke", "data.download=false"
@@ -228,6 +229,7 @@ def test_train_throughput_streams_its_batches_without_tf_data_autotuning(monkeyp
 
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
+@pytest.mark.slow
 def test_malloc_threshold_benchmark_trains_with_each_setting(multi30k_head):
     result = run_bench("malloc_threshold", "--pairs", "300", "--repeats", "1", "debug=smoke", "data.download=false")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -267,6 +269,7 @@ def test_a_step_count_below_one_is_a_one_line_usage_error(script):
     assert result.stderr.strip().splitlines()[-1].endswith("error: --steps must be positive. Received: 0")
 
 
+@pytest.mark.slow
 def test_the_corpus_scale_bench_prepares_both_corpora_and_trains_from_each(tmp_path):
     result = run_bench("corpus_scale", "--pairs", "1200", "--small", "600", "--updates", "2", "--workdir", tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -277,6 +280,7 @@ def test_the_corpus_scale_bench_prepares_both_corpora_and_trains_from_each(tmp_p
     assert (tmp_path / "large" / "meta.json").is_file()
 
 
+@pytest.mark.slow
 def test_the_opus_mt_bench_imports_exports_and_times_the_savedmodel_against_ctranslate2():
     pytest.importorskip("transformers", reason="the bench builds its checkpoint with transformers")
     result = run_bench("opus_mt", "--tiny", "--sentences", "2", "--repeats", "1", "--batch-sizes", "1,2")
@@ -335,6 +339,7 @@ ENDLESS = ["debug=smoke", "data.download=false", "trainer.epochs=1000", "trainer
     reason="needs the real corpora in $KMT_DATA_DIR, and Linux's /proc",
 )
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.slow
 def test_stopping_the_multi30k_bench_stops_its_training_and_says_how_to_resume(tmp_path, signum):
     # Before: SIGTERM ended the bench and left kmt-train training, orphaned, on the cores; Ctrl-C killed kmt-train
     # before it could save. Now the bench passes the signal on, kmt-train saves and stops, the bench waits for it and
@@ -374,6 +379,7 @@ def test_stopping_the_multi30k_bench_stops_its_training_and_says_how_to_resume(t
 
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
+@pytest.mark.slow
 def test_the_multi30k_bench_finishes_a_resumed_run_that_had_trained_all_its_epochs(tmp_path, multi30k_head):
     # As after a kill while the bench scored or exported: resuming trains nothing and prints the run's row. Before,
     # the row's tokens/s was kmt-train's own invocation's, none, and the bench failed with a traceback.
@@ -484,6 +490,7 @@ def test_the_multi30k_bench_fetches_what_it_trains_on_and_scores_against_before_
 
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
+@pytest.mark.slow
 def test_the_multi30k_bench_runs_on_a_fresh_machine_from_the_upstream_alone(tmp_path):
     url = multi30k_upstream(tmp_path / "upstream")
     data = tmp_path / "data"
@@ -535,6 +542,7 @@ print(json.dumps(translator.translate(lines)))
 
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
+@pytest.mark.slow
 def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path, multi30k_head):
     prepared, run = tmp_path / "prepared", tmp_path / "run"
     # The GPU machines have JAX but no TensorFlow: here `import tensorflow` fails in `train` as it would there.

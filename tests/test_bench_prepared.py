@@ -51,6 +51,7 @@ def test_memory_part_prepares_the_synthetic_corpus_with_a_reused_vocabulary():
 
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
+@pytest.mark.slow
 def test_throughput_and_prepare_parts_measure_both_pipelines_on_the_same_pairs():
     report = report_of(
         run_bench(

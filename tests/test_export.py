@@ -128,6 +128,7 @@ def test_score_signature_is_forced_decoding_of_the_tokenized_pairs(translator, m
     assert (scores[scorable] < 0).all()
 
 
+@pytest.mark.slow
 def test_fresh_process_reload_matches_in_process(translator, tmp_path):
     translator, model = translator
     size = export_translator(translator, tmp_path / "export")
@@ -182,6 +183,7 @@ def texts(module, sentences):
     return [t.decode("utf-8") for t in module.translate(text=tf.constant(sentences))["translation"].numpy()]
 
 
+@pytest.mark.slow
 def test_an_ensemble_export_decodes_and_scores_with_every_model(model_and_vocabularies, tmp_path):
     """A SavedModel of two models: it holds both models' weights, translates as `search_ids` does over the
     ensemble (in process and after a reload in a fresh process) and scores as `score_ids` does."""
