@@ -3,6 +3,8 @@ keras-hub reference and PyTorch's `nn.Transformer`, on the same synthetic batche
 
     python bench/train_throughput.py                                  # small preset, float32, every framework
     python bench/train_throughput.py --preset base --steps 20
+    python bench/train_throughput.py --preset base --vocab 37000 --batch-size 128 --length 32 --accumulate 8 \\
+        --frameworks kmt,torch --steps 3 --repeats 3    # experiment=wmt14_en_de_base's batch shape on one device
     python bench/train_throughput.py --frameworks kmt --kmt-variants xla,bf16   # what the stack offers, side by side
     KERAS_BACKEND=jax python bench/train_throughput.py --preset base --frameworks kmt,keras_hub \\
         --precision mixed_bfloat16 --peak-tflops 990                  # an H100: MFU against dense bf16
@@ -59,6 +61,13 @@ def parse_args(argv=None):
     parser.add_argument(
         "--length", type=int, default=32, help="source and target length S = T in tokens, no padding (default: 32)"
     )
+    parser.add_argument(
+        "--accumulate",
+        type=int,
+        default=1,
+        help="batches an update takes (optim.gradient_accumulation_steps): updates/s is steps/s over this; the "
+        "accumulation itself is not run (default: 1)",
+    )
     parser.add_argument("--steps", type=int, default=30, help="training steps per timed epoch (default: 30)")
     parser.add_argument(
         "--warmup", type=int, default=3, help="steps of the untimed warm-up epoch that traces and compiles (default: 3)"
@@ -107,7 +116,7 @@ def parse_args(argv=None):
         parser.error(f"--kmt-variants must name some of {', '.join(KMT_VARIANTS)}. Received: {','.join(unknown)}")
     if args.kmt_variants and "kmt" not in args.frameworks:
         parser.error("--kmt-variants needs kmt in --frameworks: variants are compared with plain kmt")
-    require_positive(parser, args, "vocab", "batch_size", "length", "steps", "warmup", "repeats")
+    require_positive(parser, args, "vocab", "batch_size", "length", "accumulate", "steps", "warmup", "repeats")
     if args.vocab <= 4:
         parser.error(f"--vocab must exceed the 4 reserved ids. Received: {args.vocab}")
     if not 0.0 <= args.dropout < 1.0:
@@ -421,6 +430,7 @@ def main(argv=None):
             "parameters": runner.parameters,
             "output_projection": "tied" if runner.tied else "untied",
             "step_ms": 1000 * step_seconds,
+            "updates_per_second": 1 / (step_seconds * args.accumulate),
             "tokens_per_second": args.batch_size * args.length / step_seconds,  # target tokens
             "flops_per_step": step_flops,
             "tflops": step_flops / step_seconds / 1e12,
@@ -462,6 +472,7 @@ def main(argv=None):
             ("parameters", "params"),
             ("output_projection", "output proj."),
             ("step_ms", "step ms"),
+            ("updates_per_second", f"updates/s ({args.accumulate} batches)"),
             ("tokens_per_second", "target tokens/s"),
             ("tflops", "TFLOP/s"),
             ("mfu", "MFU"),
@@ -475,6 +486,7 @@ def main(argv=None):
         sizes={**sizes, "vocab_size": args.vocab},
         batch_size=args.batch_size,
         length=args.length,
+        accumulate=args.accumulate,
         steps=args.steps,
         repeats=args.repeats,
         dropout=args.dropout,
