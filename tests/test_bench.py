@@ -262,6 +262,19 @@ def test_hardware_tells_cpus_that_share_a_bare_name_apart(monkeypatch):
     assert hardware(named) == f"{cores} x Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz"
 
 
+def test_train_throughput_counts_updates_of_several_batches():
+    result = run_bench(
+        "train_throughput",
+        *("--frameworks", "kmt", "--vocab", "64", "--batch-size", "2", "--length", "4", "--accumulate", "4"),
+        *("--steps", "2", "--warmup", "1", "--repeats", "1", "--peak-tflops", "1"),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    kmt = report["results"]["kmt"]
+    assert report["accumulate"] == 4 and kmt["updates_per_second"] == pytest.approx(1000 / kmt["step_ms"] / 4)
+    assert "| updates/s (4 batches) |" in result.stdout
+
+
 @pytest.mark.parametrize("script", ["batching", "fit_teardown", "train_throughput"])
 def test_a_step_count_below_one_is_a_one_line_usage_error(script):
     result = run_bench(script, "--steps", "0")
@@ -277,6 +290,8 @@ def test_the_corpus_scale_bench_prepares_both_corpora_and_trains_from_each(tmp_p
     assert [row["pairs"] for row in report["prepare"]] == [600, 1200]
     assert report["prepare"][1]["vocabulary"] == "the small corpus's" and report["prepare"][1]["kept"] > 1000
     assert all(row["rss_mb"] > 100 for row in report["training"]) and report["rss_ratio"] > 0
+    for row in report["training"]:  # resident memory, split into the process's own and file-backed pages
+        assert row["anon_mb"] > 0 and row["file_mb"] > 0 and row["anon_mb"] + row["file_mb"] <= row["rss_mb"] + 1
     assert (tmp_path / "large" / "meta.json").is_file()
 
 
