@@ -15,8 +15,8 @@ A prepared directory (made by `kmt-prepare`, or by `kmt-train` inside its run di
     <split>.target.txt           and subword sampling segments the kept ones afresh)
 
 The ids and the index are read from disk pair by pair (`OnDisk`), so a corpus larger than memory trains, and a
-process's memory does not grow with its corpus; writing streams over the text in chunks,
-so preparing one is not bounded by memory either. Ids come from the `sentencepiece` library (`Tokenizer.encode`): no
+process's memory does not grow with its corpus; writing streams over the text in chunks, so preparing one is not
+bounded by memory either. Ids come from the `sentencepiece` library (`Tokenizer.encode`): no
 TensorFlow is needed to prepare or to read.
 """
 
