@@ -74,3 +74,19 @@ def test_importing_kmt_and_its_serving_and_translating_modules_imports_neither_k
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout == "\n", result.stdout + result.stderr
+
+
+def test_a_commands_keras_import_leaves_out_what_kmt_does_not_use_and_the_plots_still_import_it(tmp_path):
+    """With the TensorFlow backend, a command's import of Keras skips JAX, SciPy and pyplot (seconds of start-up);
+    they import afterwards as usual. Under JAX, Keras imports JAX itself."""
+    script = (
+        "import sys, kmt.cli, keras; print(' '.join(sorted({'jax', 'scipy', 'matplotlib'} & set(sys.modules)))); "
+        "import jax, matplotlib.pyplot; print(keras.backend.backend(), jax.numpy.add(1, 1))"
+    )
+    env = os.environ | {"KERAS_HOME": str(tmp_path)}  # no keras.json there: KERAS_BACKEND alone decides
+    for backend, deferred_left in [("tensorflow", ""), ("jax", "jax scipy")]:
+        result = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, env=env | {"KERAS_BACKEND": backend}
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert result.stdout.splitlines() == [deferred_left, f"{backend} 2"], result.stdout
