@@ -10,6 +10,7 @@ cannot (ranges, divisibility) before any data is read.
 import contextlib
 import copy
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -240,6 +241,17 @@ def config_dir() -> str:
     return str(shipped if shipped.is_dir() else package.parent / "conf")
 
 
+_TRAIN_LIST = re.compile(r"(\+{0,2})data\.train=(\s*\[.*)", re.DOTALL)
+
+
+def aliased(overrides):
+    """The overrides with `data.train=[...]` (a list of weighted corpora, as users of OpenNMT-tf's and Marian's
+    training lists write it) spelled `data.train_corpora=[...]`, the key that holds it: `data.train` itself holds one
+    corpus's `source` and `target`, and OmegaConf cannot merge a list onto that mapping."""
+    matches = [_TRAIN_LIST.fullmatch(override) for override in overrides]
+    return [f"{m[1]}data.train_corpora={m[2]}" if m else override for m, override in zip(matches, overrides)]
+
+
 @contextlib.contextmanager
 def composing(user_dir=None):
     """Hydra initialized on kmt's configs (and a user's directory on top, as `--config-dir` adds it); yields
@@ -250,7 +262,7 @@ def composing(user_dir=None):
     extra = [f"hydra.searchpath=['file://{os.path.abspath(user_dir)}']"] if user_dir is not None else []
 
     def composed(overrides, **options):
-        cfg = compose("config", overrides=[*extra, *overrides], **options)
+        cfg = compose("config", overrides=[*extra, *aliased(overrides)], **options)
         if OmegaConf.is_interpolation(cfg, "output_dir"):  # ${hydra:runtime.output_dir}: no Hydra job resolves it here
             cfg.output_dir = None
         return cfg

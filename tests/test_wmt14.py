@@ -196,11 +196,54 @@ def test_data_parallel_takes_several_weighted_training_corpora(tmp_path):
     first, second, val = (write_side_files(tmp_path, name, 6) for name in ("first", "second", "val"))
     corpora = f"[{{source: {first[0]}, target: {first[1]}, weight: 2}}, {{source: {second[0]}, target: {second[1]}}}]"
     cfg = compose_config(
-        "data=parallel", f"data.val.source={val[0]}", f"data.val.target={val[1]}", f"data.train_corpora={corpora}"
-    )
+        "data=parallel", f"data.val.source={val[0]}", f"data.val.target={val[1]}", f"data.train={corpora}"
+    )  # data.train=[...] is data.train_corpora=[...] (kmt.config.aliased)
+    assert cfg.data.train_corpora[0].weight == 2 and cfg.data.train.source is None
     corpus = load_corpus(cfg.data)
     assert sorted(corpus) == ["train", "val"] and len(corpus["train"]) == 18 and len(corpus["val"]) == 6
     assert Counter(line.split()[1] for line in corpus["train"].source) == {"first": 12, "second": 6}
+
+
+def test_the_override_data_train_takes_a_list_and_leaves_the_other_forms_alone():
+    from kmt.config import aliased
+
+    assert aliased(["data.train=[{source: a, target: b}]", "++data.train=[]", "data.train.source=a"]) == [
+        "data.train_corpora=[{source: a, target: b}]",
+        "++data.train_corpora=[]",
+        "data.train.source=a",
+    ]
+    assert aliased(["data.train={source: a, target: b}", "hydra.job.name=data.train=[x]"]) == [
+        "data.train={source: a, target: b}",
+        "hydra.job.name=data.train=[x]",
+    ]
+
+
+@pytest.mark.slow
+def test_kmt_train_on_two_weighted_corpora_logs_what_each_contributed_and_exports(tmp_path):
+    news, web, val = (
+        write_side_files(tmp_path, name, count) for name, count in [("news", 40), ("web", 30), ("dev", 8)]
+    )
+    corpora = (
+        f"[{{name: news, source: {news[0]}, target: {news[1]}, weight: 2}}, "
+        f"{{name: web, source: {web[0]}, target: {web[1]}, weight: 0.5}}]"
+    )
+    run = tmp_path / "run"
+    result = run_cli(
+        "train",
+        "data=parallel",
+        "debug=smoke",
+        f"data.train={corpora}",
+        f"data.val.source={val[0]}",
+        f"data.val.target={val[1]}",
+        "data.tokenizer.vocab_size=120",
+        f"hydra.run.dir={run}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = (run / "train.log").read_text()
+    assert "training corpus news: 40 pairs x weight 2 -> contributed 80 pairs" in log
+    assert "training corpus web: 30 pairs x weight 0.5 -> contributed 15 pairs" in log
+    assert json.loads((run / "data" / "meta.json").read_text())["splits"]["train"]["pairs"] == 95
+    assert (run / "export" / "saved_model.pb").is_file() and "train_corpora" in (run / "config.yaml").read_text()
 
 
 @pytest.mark.parametrize(
@@ -247,7 +290,7 @@ def test_kmt_prepare_data_wmt14_en_de_runs_from_the_mirror(tmp_path, mirror, mon
     weights = "[{name: europarl_v7, weight: 2}, {name: commoncrawl}, {name: news_commentary_v9}]"
     argv = ["data=wmt14_en_de", "debug=smoke", f"data.dir={tmp_path / 'data'}", f"data.mirror={url}"]
     argv.append("data.clean.deduplicate=false")  # it would drop the repeats a weight of 2 makes (refused with one)
-    monkeypatch.setattr(sys, "argv", ["kmt-prepare", *argv, f"data.train_corpora={weights}", f"hydra.run.dir={out}"])
+    monkeypatch.setattr(sys, "argv", ["kmt-prepare", *argv, f"data.train={weights}", f"hydra.run.dir={out}"])
     prepare.main()
     meta = json.loads((out / "meta.json").read_text())
     assert {name: entry["pairs"] for name, entry in meta["splits"].items()} == {"train": 17, "val": 3, "test": 2}

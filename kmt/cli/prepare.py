@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from kmt.cli import console_script
 from kmt.cli.errors import check_overrides, exit_on_user_error
-from kmt.config import config_dir, register_configs
+from kmt.config import aliased, config_dir, register_configs
 
 logger = logging.getLogger("kmt")
 
@@ -45,7 +45,7 @@ def run(cfg):
 
 @console_script
 def main():
-    argv = sys.argv[1:]
+    argv = aliased(sys.argv[1:])  # data.train=[...]: several weighted corpora
     extra = ["hydra/help=kmt_prepare"]
     if not any(arg.startswith(("hydra.run.dir=", "++hydra.run.dir=")) for arg in argv):
         extra.append(RUN_DIR)

@@ -7,7 +7,7 @@ import hydra
 
 from kmt.cli import console_script
 from kmt.cli.errors import check_overrides, exit_on_user_error, quiet_tensorflow
-from kmt.config import config_dir, register_configs
+from kmt.config import aliased, config_dir, register_configs
 
 logger = logging.getLogger("kmt")
 
@@ -28,6 +28,7 @@ def run(cfg):
 
 @console_script
 def main():
+    sys.argv[1:] = aliased(sys.argv[1:])  # data.train=[...]: several weighted corpora
     check_overrides(sys.argv[1:])
     import keras  # noqa: F401  (the backend, before Hydra's callbacks import it: one line if it is not installed)
 
