@@ -149,7 +149,9 @@ class OptimConfig:
 
 @dataclass
 class TrainerConfig:
-    epochs: int = 10  # passes over the training split (at most, with max_minutes)
+    epochs: int = 10  # passes over the training split (at most, with max_minutes or max_updates)
+    max_updates: int = 0  # stop after this many optimizer updates, within an epoch (fairseq's --max-update; the
+    # paper's base: 100k); the learning-rate schedule then plans for it; 0: trainer.epochs alone
     max_minutes: float = 0.0  # wall-clock budget: stop after the epoch another would overrun it; 0 for none
     precision: str = "auto"  # float32, mixed_float16, mixed_bfloat16, or auto: mixed_bfloat16 on GPUs that have
     # bfloat16 (compute capability 8.0+), float32 elsewhere
@@ -431,6 +433,8 @@ def validate(cfg):
     )
     _check(trainer.patience >= 0, f"trainer.patience must be >= 0. Received: {trainer.patience}")
     _check(trainer.max_minutes >= 0, f"trainer.max_minutes must be >= 0. Received: {trainer.max_minutes}")
+    max_updates = trainer.get("max_updates", 0)  # runs from before the option lack the key
+    _check(max_updates >= 0, f"trainer.max_updates must be >= 0. Received: {max_updates}")
     _check(
         data.clean.max_length_ratio == 0 or data.clean.max_length_ratio >= 1,
         f"data.clean.max_length_ratio must be 0 (off) or >= 1. Received: {data.clean.max_length_ratio}",

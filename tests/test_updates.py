@@ -85,6 +85,35 @@ def test_time_budget_stops_at_an_update_checkpoint_within_the_epoch(tmp_path):
     assert (tmp_path / "export" / "saved_model.pb").exists() and (tmp_path / "metrics.json").exists()
 
 
+def test_config_refuses_a_negative_max_updates():
+    with pytest.raises(ConfigError, match=r"trainer.max_updates must be >= 0. Received: -1"):
+        validate(compose_config("trainer.max_updates=-1", "output_dir=null"))
+
+
+@pytest.mark.slow
+def test_max_updates_stops_within_an_epoch_plans_the_schedule_for_it_and_a_resume_trains_no_more(tmp_path, caplog):
+    from kmt.training import train
+
+    # 6 batches an epoch, 2 an update: 3 updates an epoch, so update 4 is the second epoch's first
+    args = ["trainer.epochs=3", "trainer.max_updates=4", "trainer.save_every_updates=2"]
+    args.append("optim.gradient_accumulation_steps=2")
+    result = run_cli("train", "debug=smoke", *args, f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    log = result.stdout + result.stderr
+    assert "at update 4 (trainer.max_updates)" in log and "stopping at update 4: trainer.max_updates reached" in log
+    state = json.loads((tmp_path / "checkpoints" / "backup" / "training_metadata.json").read_text())
+    assert (state["epoch"], state["batch"], state["update"]) == (1, 2, 4)  # resumable exactly from there
+    assert (tmp_path / "checkpoints" / "update_0000004.weights.h5").exists()
+    assert (tmp_path / "export" / "saved_model.pb").exists() and (tmp_path / "metrics.json").exists()
+    # Run again (say, after a kill while it scored): nothing more is trained, and it finishes once more.
+    (tmp_path / "metrics.json").unlink()
+    with caplog.at_level("INFO", logger="kmt"):
+        train(compose_config(*args), tmp_path)
+    assert "trainer.max_updates=4 reached (4 updates): nothing more to train" in caplog.text
+    assert json.loads((tmp_path / "checkpoints" / "backup" / "training_metadata.json").read_text()) == state
+    assert (tmp_path / "metrics.json").exists()
+
+
 @pytest.mark.slow
 def test_late_dropout_switches_after_a_number_of_updates(tmp_path):
     args = ["debug=smoke", "trainer.epochs=2", "model.late_dropout=0.3", "model.late_dropout_after_updates=3"]

@@ -183,6 +183,30 @@ class TimeBudget(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+class UpdateLimit(keras.callbacks.Callback):
+    """Stops training once the optimizer has made `max_updates` updates (`trainer.max_updates`, fairseq's
+    `--max-update`), within an epoch. A resumed run that has made them already trains nothing more. Put it after the
+    resume state, which it reads the update count of."""
+
+    def __init__(self, max_updates, batches_per_update=1):
+        super().__init__()
+        self.max_updates, self.batches_per_update = max_updates, batches_per_update
+        self._updates = 0
+
+    def on_train_begin(self, logs=None):
+        self._updates = optimizer_step(self.model)  # after a resume: the resume state's
+        if self._updates >= self.max_updates:
+            raise StoppedEarly(
+                f"trainer.max_updates={self.max_updates} reached ({self._updates} updates): nothing more to train"
+            )
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._updates += 1 / self.batches_per_update  # counted here: reading the optimizer's would sync a device
+        if round(self._updates, 6) >= self.max_updates:
+            self.model.stop_training = True  # under JAX, reading `model` brings the train step's state back first
+            raise StoppedEarly(f"stopping at update {self.max_updates:,}: trainer.max_updates reached")
+
+
 class LateDropout(keras.callbacks.Callback):
     """Sets the residual and embedding dropout (`model.dropout`) to `rate` for the epochs after the first `after`
     ("late dropout", Liu et al., 2023, "Dropout Reduces Underfitting"): a run learns fast with little dropout, then

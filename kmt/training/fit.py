@@ -19,7 +19,7 @@ from kmt.inference.translators import KerasTranslator
 from kmt.plots import curves_title, plot_curves, read_history
 from kmt.run_dir import write_atomically
 from kmt.training.checkpointing import EpochCheckpoint, UpdateCheckpoint
-from kmt.training.control import DeferredInterrupt, EarlyStopping, LateDropout, StoppedEarly, TimeBudget
+from kmt.training.control import DeferredInterrupt, EarlyStopping, LateDropout, StoppedEarly, TimeBudget, UpdateLimit
 from kmt.training.logs import HistoryCSV, TrainingStats, UpdateValidation, ValidationBLEU
 from kmt.training.resume import AtomicBackupAndRestore, optimizer_step
 
@@ -153,7 +153,9 @@ def build_callbacks(
             EpochCheckpoint(scratch, keep=1, monitor=trainer_cfg.monitor),
             UpdateCheckpoint(scratch, every_updates, keep=1, batches_per_update=accumulation),
         ]
-        return [keras.callbacks.TerminateOnNaN(), *([val_bleu] if val_bleu else []), stats, *checkpoints, backup], stats
+        limit = [UpdateLimit(trainer_cfg.max_updates, accumulation)] if trainer_cfg.get("max_updates") else []
+        callbacks = [keras.callbacks.TerminateOnNaN(), *([val_bleu] if val_bleu else []), stats, *checkpoints, backup]
+        return [*callbacks, *limit], stats
     run.logs.mkdir(parents=True, exist_ok=True)
     validation = validations(run.validations)
     callbacks = [
@@ -181,6 +183,8 @@ def build_callbacks(
     if model_cfg.late_dropout is not None:
         after = model_cfg.late_dropout_after, model_cfg.late_dropout_after_updates
         callbacks.insert(0, LateDropout(model_cfg.late_dropout, *after, batches_per_update=accumulation))
+    if trainer_cfg.get("max_updates"):  # runs from before the option lack the key
+        callbacks.append(UpdateLimit(trainer_cfg.max_updates, accumulation))
     if trainer_cfg.max_minutes:
         every = math.gcd(every_updates, validate)  # at each update checkpoint and validation
         callbacks.append(TimeBudget(trainer_cfg.max_minutes * 60, run.history, every, accumulation))

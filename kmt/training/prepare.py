@@ -169,6 +169,9 @@ def prepare(cfg, run_dir, verbose=None):
     texts = {name: data.split(name).text() for name in ("val", "test") if name in data.names}
     updates_per_epoch = steps_per_epoch // accumulation
     total_steps = cfg.trainer.epochs * updates_per_epoch
+    max_updates = cfg.trainer.get("max_updates", 0)  # runs from before the option lack the key
+    if max_updates:
+        total_steps = min(total_steps, max_updates)
     schedule = build_schedule(cfg.optim, cfg.model.hidden_dim, total_steps)
     sizes = vocabularies.source.vocab_size, vocabularies.target.vocab_size
     build = lambda: compile_model(build_model(cfg.model, *sizes), cfg.optim, schedule, cfg.trainer.jit_compile)  # noqa: E731
@@ -184,7 +187,7 @@ def prepare(cfg, run_dir, verbose=None):
     if init_weights is not None:
         with placement.scope():
             _load_init_weights(model, init_weights, build_model(cfg.model, *sizes, "float32"))
-    log_schedule(schedule, total_steps)
+    log_schedule(schedule, total_steps, "trainer.max_updates" if total_steps == max_updates else "trainer.epochs")
     # Decoding and the export run in float32 whatever the training precision (see build_model).
     # A distributed model's variables are spread over devices: the decoder is a copy on this process alone.
     own = cfg.trainer.precision == "float32" and not placement.distributed
@@ -268,14 +271,15 @@ def subword_sampling(alpha, train, vocabularies):
     return (vocabularies, alpha, [text.source[i] for i in text.kept], [text.target[i] for i in text.kept])
 
 
-def log_schedule(schedule, total_steps):
-    """Logs the learning rate's peak, its cool-down if any, and its value at the run's last update."""
+def log_schedule(schedule, total_steps, limit="trainer.epochs"):
+    """Logs the learning rate's peak, its cool-down if any, and its value at the run's last update (which `limit`
+    sets)."""
     rate = lambda update: float(schedule(update * schedule.gradient_accumulation_steps))  # noqa: E731 (batch-indexed)
     peak = rate(schedule.warmup_steps - 1)
     message = f"learning rate: peak {peak:.3g} at update {schedule.warmup_steps:,}"
     if schedule.cooldown_steps:
         message += f", cooled down linearly over the last {schedule.cooldown_steps:,} updates"
-    message += f", {rate(total_steps - 1):.2g} at update {total_steps:,} (trainer.epochs)"
+    message += f", {rate(total_steps - 1):.2g} at update {total_steps:,} ({limit})"
     logger.info(message)
 
 
