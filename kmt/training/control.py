@@ -191,18 +191,19 @@ class UpdateLimit(keras.callbacks.Callback):
     def __init__(self, max_updates, batches_per_update=1):
         super().__init__()
         self.max_updates, self.batches_per_update = max_updates, batches_per_update
-        self._updates = 0
+        self._batches_left = 0
 
     def on_train_begin(self, logs=None):
-        self._updates = optimizer_step(self.model)  # after a resume: the resume state's
-        if self._updates >= self.max_updates:
+        updates = optimizer_step(self.model)  # after a resume: the resume state's, at an update's end
+        if updates >= self.max_updates:
             raise StoppedEarly(
-                f"trainer.max_updates={self.max_updates} reached ({self._updates} updates): nothing more to train"
+                f"trainer.max_updates={self.max_updates} reached ({updates} updates): nothing more to train"
             )
+        self._batches_left = (self.max_updates - updates) * self.batches_per_update
 
     def on_train_batch_end(self, batch, logs=None):
-        self._updates += 1 / self.batches_per_update  # counted here: reading the optimizer's would sync a device
-        if round(self._updates, 6) >= self.max_updates:
+        self._batches_left -= 1  # counted here: reading the optimizer's count would wait for the device
+        if not self._batches_left:
             self.model.stop_training = True  # under JAX, reading `model` brings the train step's state back first
             raise StoppedEarly(f"stopping at update {self.max_updates:,}: trainer.max_updates reached")
 

@@ -140,6 +140,9 @@ def build_callbacks(
     accumulation, every_updates = optim_cfg.gradient_accumulation_steps, trainer_cfg.save_every_updates
     validate = trainer_cfg.validate_every_updates
 
+    # after the resume state, whose update count it starts from (trainer.max_updates; older runs lack the key)
+    limit = [UpdateLimit(trainer_cfg.max_updates, accumulation)] if trainer_cfg.get("max_updates") else []
+
     def validations(path):  # before the update checkpoint and resume state, as at epoch ends
         return [UpdateValidation(val_data, path, validate, accumulation, val_bleu)] if validate else []
 
@@ -153,7 +156,6 @@ def build_callbacks(
             EpochCheckpoint(scratch, keep=1, monitor=trainer_cfg.monitor),
             UpdateCheckpoint(scratch, every_updates, keep=1, batches_per_update=accumulation),
         ]
-        limit = [UpdateLimit(trainer_cfg.max_updates, accumulation)] if trainer_cfg.get("max_updates") else []
         callbacks = [keras.callbacks.TerminateOnNaN(), *([val_bleu] if val_bleu else []), stats, *checkpoints, backup]
         return [*callbacks, *limit], stats
     run.logs.mkdir(parents=True, exist_ok=True)
@@ -183,8 +185,7 @@ def build_callbacks(
     if model_cfg.late_dropout is not None:
         after = model_cfg.late_dropout_after, model_cfg.late_dropout_after_updates
         callbacks.insert(0, LateDropout(model_cfg.late_dropout, *after, batches_per_update=accumulation))
-    if trainer_cfg.get("max_updates"):  # runs from before the option lack the key
-        callbacks.append(UpdateLimit(trainer_cfg.max_updates, accumulation))
+    callbacks.extend(limit)
     if trainer_cfg.max_minutes:
         every = math.gcd(every_updates, validate)  # at each update checkpoint and validation
         callbacks.append(TimeBudget(trainer_cfg.max_minutes * 60, run.history, every, accumulation))
