@@ -7,7 +7,7 @@ for several `data.bucket_width` values side by side in one process.
 The experiment's config is composed as kmt-train composes it (trailing arguments are Hydra overrides); its vocabulary
 is trained on the training split as kmt-train trains it. For each width:
 
-- one pass over the training split, batched as kmt-train batches it: batches, sentences per batch, and fill (real
+- one pass over the training split, in kmt-train's length buckets (below): batches, sentences per batch, and fill (real
   tokens over padded positions, source and target); and kmt-train's steps per epoch, one pass of the repeated
   stream it trains on (fewer than the single pass's batches: that ends each bucket with a partial batch);
 - training speed: the experiment's model (its size, dropout and precision, compiled as kmt-train compiles it) takes
@@ -20,6 +20,10 @@ is trained on the training split as kmt-train trains it. For each width:
 
 Ratios are each width's tokens/s over width 0's (the fixed edges, kmt's default) and its projected epoch time over
 width 0's. Nothing is asserted.
+
+The batches come from the tf.data text pipeline kmt-train used before prepared data (`encode` and `make_dataset`
+below: tokenize, drop empty and over-long pairs, add start/end tokens, bucket by length, pad), on the bucket rules
+kmt's batcher follows (`kmt.data.buckets`); the docs' figures were measured through it.
 """
 
 import argparse
@@ -28,16 +32,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from common import (  # noqa: E402
-    add_recipe_arguments,
-    fit_seconds,
-    median,
-    print_json,
-    print_table,
-    recipe_model,
-    recipe_training_split,
-    require_positive,
-)
+from common import fit_seconds, median, print_json, print_table, recipe_config, require_positive  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -49,7 +44,10 @@ def parse_args(argv=None):
     )
     parser.add_argument("--steps", type=int, default=40, help="training steps timed per width and round (default: 40)")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (default: 3)")
-    add_recipe_arguments(parser)
+    parser.add_argument(
+        "--experiment", default="multi30k_en_de", help="conf/experiment/ to compose (default: multi30k_en_de)"
+    )
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for kmt-train (e.g. data.max_tokens=2048)")
     args = parser.parse_args(argv)
     try:
         args.widths = [int(width) for width in args.widths.split(",") if width.strip()]
@@ -59,6 +57,106 @@ def parse_args(argv=None):
         parser.error(f"--widths must be integers >= 0. Received: {args.widths}")
     require_positive(parser, args, "steps", "repeats")
     return args
+
+
+def recipe_training_split(experiment, overrides):
+    """An experiment's config composed as kmt-train composes it, the vocabulary kmt-train would train on its training
+    split, and that split encoded: `(cfg, vocabularies, (source, target))`. Nothing is written."""
+    import keras
+    from omegaconf import OmegaConf
+
+    from kmt.data import load_corpus
+    from kmt.tokenizer import Vocabularies
+
+    cfg = recipe_config(experiment, overrides)
+    keras.utils.set_random_seed(cfg.seed)  # before the tokenizer: TF's seed reset drops SentencePiece resources
+    train = load_corpus(cfg.data)["train"]
+    vocabularies = Vocabularies.train(
+        train.source, train.target, joint=cfg.model.shared_embeddings, **OmegaConf.to_container(cfg.data.tokenizer)
+    )
+    return cfg, vocabularies, encode(train, vocabularies, cfg.model.max_length)
+
+
+def recipe_model(cfg, vocabularies, total_steps):
+    """The experiment's model in its training precision, compiled as kmt-train compiles it, with the learning-rate
+    schedule planned for `total_steps` updates."""
+    import keras
+
+    from kmt.build import build_model, build_schedule, compile_model
+
+    keras.config.set_dtype_policy(cfg.trainer.precision)
+    model = build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size)
+    return compile_model(
+        model, cfg.optim, build_schedule(cfg.optim, cfg.model.hidden_dim, total_steps), cfg.trainer.jit_compile
+    )
+
+
+def encode(text, vocabularies, max_length):
+    """A `ParallelText` tokenized, less the pairs that are empty or longer than `max_length` tokens on a side (the
+    target one less, for its start or end token): `(source, target)`, `(N, None)` int32 RaggedTensors."""
+    import numpy as np
+    import tensorflow as tf
+
+    source = vocabularies.source.tokenize(tf.constant(list(text.source), dtype=tf.string))
+    target = vocabularies.target.tokenize(tf.constant(list(text.target), dtype=tf.string))
+    nonempty = np.array([bool(s.strip()) and bool(t.strip()) for s, t in zip(text.source, text.target)], dtype=bool)
+    fits = (source.row_lengths().numpy() <= max_length) & (target.row_lengths().numpy() <= max_length - 1)
+    keep = np.flatnonzero(nonempty & fits)
+    return tf.gather(source, keep), tf.gather(target, keep)
+
+
+def target_tokens(split):
+    """Target tokens the loss sees in one pass over `split`: each sentence's tokens plus its end token."""
+    _, target = split
+    return int(target.row_lengths().numpy().sum()) + int(target.nrows())
+
+
+def make_dataset(split, max_length, max_tokens, batch_size, bucket_width, shuffle=False, seed=None, repeat=False):
+    """Padded, length-bucketed batches over `split` (`encode`'s), each about `max_tokens` tokens (or `batch_size`
+    sentences when `max_tokens` is 0), shuffled (seeded) before bucketing and after when `shuffle`, repeated forever
+    when `repeat`: `({"source": (B, S), "target_in": (B, T)}, target_out (B, T))` int32, where `target_in` is
+    `[start] + target` and `target_out` is `target + [end]`."""
+    import tensorflow as tf
+
+    from kmt.data.batches import without_autotune
+    from kmt.data.buckets import bucket_sizes
+    from kmt.special_ids import END_ID, START_ID
+
+    def example(source, target):
+        start, end = tf.constant([START_ID], tf.int32), tf.constant([END_ID], tf.int32)
+        features = {"source": source, "target_in": tf.concat([start, target], axis=0)}  # (S,), (T,)
+        return features, tf.concat([target, end], axis=0)  # (T,)
+
+    dataset = tf.data.Dataset.from_tensor_slices(split)
+    if shuffle:
+        dataset = dataset.shuffle(int(split[0].nrows()), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    edges, sizes = bucket_sizes(max_length, max_tokens, batch_size, bucket_width)
+    dataset = dataset.map(example, num_parallel_calls=tf.data.AUTOTUNE).bucket_by_sequence_length(
+        element_length_func=lambda features, _: tf.maximum(  # buckets.bucket_lengths: target_in has the start token
+            tf.shape(features["source"])[0], tf.shape(features["target_in"])[0]
+        ),
+        bucket_boundaries=edges,
+        bucket_batch_sizes=sizes,
+        padded_shapes=({"source": [None], "target_in": [None]}, [None]),
+    )
+    if not repeat:  # checks `count_batches`: iterating fails if the pass makes another number of batches
+        batches = count_batches(split, max_length, max_tokens, batch_size, bucket_width)
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
+    if shuffle:
+        dataset = dataset.shuffle(256, seed=seed, reshuffle_each_iteration=True)
+    return dataset.prefetch(tf.data.AUTOTUNE).with_options(without_autotune())
+
+
+def count_batches(split, max_length, max_tokens, batch_size, bucket_width, repeated=False):
+    """Batches in one pass over `split` (`kmt.data.buckets.batches_per_pass`): with `repeated`, the steps of an epoch
+    of the repeated stream `model.fit` trains on, which carries each bucket's partial batch into the next pass."""
+    from kmt.data.buckets import batches_per_pass, bucket_lengths, bucket_of, bucket_sizes
+
+    edges, sizes = bucket_sizes(max_length, max_tokens, batch_size, bucket_width)
+    lengths = bucket_lengths(split[0].row_lengths().numpy(), split[1].row_lengths().numpy())
+    return batches_per_pass(bucket_of(lengths, edges), sizes, repeated)
 
 
 def fill(dataset):
@@ -79,7 +177,6 @@ def fill(dataset):
 def main(argv=None):
     args = parse_args(argv)  # before TensorFlow is imported (seconds): --help and usage errors answer at once
     from kmt.data.buckets import bucket_edges
-    from text_pipeline import count_batches, make_dataset
 
     cfg, vocabularies, train = recipe_training_split(args.experiment, args.overrides)
     max_length = cfg.model.max_length
@@ -87,6 +184,7 @@ def main(argv=None):
     total_steps = cfg.trainer.epochs * count_batches(
         train, **batching, bucket_width=cfg.data.bucket_width, repeated=True
     )
+    pairs, tokens_per_pass = int(train[0].nrows()), target_tokens(train)
     model = recipe_model(cfg, vocabularies, total_steps)
     rows, streams = [], {}
     for width in args.widths:
@@ -109,7 +207,7 @@ def main(argv=None):
             }
         )
     print(
-        f"{args.experiment}: {len(train):,} training pairs, {train.target_tokens:,} target tokens; "
+        f"{args.experiment}: {pairs:,} training pairs, {tokens_per_pass:,} target tokens; "
         f"{model.count_params():,} parameters, {cfg.trainer.precision}; {args.steps} steps a width and round",
         file=sys.stderr,
     )
@@ -128,7 +226,7 @@ def main(argv=None):
         row["ms_per_step"] = 1000 * seconds / args.steps
         row["target_tokens_per_step"] = tokens / args.steps
         row["tokens_per_second"] = tokens / seconds
-        row["epoch_seconds"] = train.target_tokens / row["tokens_per_second"]
+        row["epoch_seconds"] = tokens_per_pass / row["tokens_per_second"]
     base = rows[0]
     for row in rows:
         row["speed_ratio"] = row["tokens_per_second"] / base["tokens_per_second"]
@@ -159,7 +257,7 @@ def main(argv=None):
         repeats=args.repeats,
         precision=cfg.trainer.precision,
         parameters=model.count_params(),
-        training_pairs=len(train),
+        training_pairs=pairs,
         rows=rows,
     )
 

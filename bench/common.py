@@ -66,14 +66,6 @@ def timed(fn, *args, **kwargs):
     return result, time.perf_counter() - started
 
 
-def add_recipe_arguments(parser):
-    """Adds `--experiment` and the trailing Hydra `overrides` to a bench's parser, for `recipe_training_split`."""
-    parser.add_argument(
-        "--experiment", default="multi30k_en_de", help="conf/experiment/ to compose (default: multi30k_en_de)"
-    )
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for kmt-train (e.g. data.max_tokens=2048)")
-
-
 def require_positive(parser, args, *names):
     """Ends the bench with a one-line usage error unless each named integer argument is above zero."""
     for name in names:
@@ -89,86 +81,15 @@ def recipe_config(experiment, overrides=()):
     return compose_config(*([f"experiment={experiment}"] if experiment else []), *overrides)
 
 
-def recipe_training_split(experiment, overrides=()):
-    """An experiment's config composed as kmt-train composes it (`overrides` are Hydra overrides), the vocabulary
-    kmt-train would train on its training split, and that split encoded: `(cfg, vocabularies, train)`. Nothing is
-    written (kmt-train also saves the tokenizer into its run directory)."""
-    import keras
-    from omegaconf import OmegaConf
-
-    from kmt.data import load_corpus
-    from kmt.tokenizer import Vocabularies
-    from text_pipeline import encode_split
-
-    cfg = recipe_config(experiment, overrides)
-    keras.utils.set_random_seed(cfg.seed)  # before the tokenizer: TF's seed reset drops SentencePiece resources
-    corpus = load_corpus(cfg.data)
-    vocabularies = Vocabularies.train(
-        corpus["train"].source,
-        corpus["train"].target,
-        joint=cfg.model.shared_embeddings,
-        **OmegaConf.to_container(cfg.data.tokenizer),
-    )
-    return cfg, vocabularies, encode_split("train", corpus["train"], vocabularies, cfg.model.max_length)
-
-
-def recipe_model(cfg, vocabularies, total_steps):
-    """The experiment's model in its training precision, compiled as kmt-train compiles it, with the learning-rate
-    schedule planned for `total_steps` updates."""
-    import keras
-
-    from kmt.build import build_model, build_schedule, compile_model
-
-    keras.config.set_dtype_policy(cfg.trainer.precision)
-    model = build_model(cfg.model, vocabularies.source.vocab_size, vocabularies.target.vocab_size)
-    return compile_model(
-        model, cfg.optim, build_schedule(cfg.optim, cfg.model.hidden_dim, total_steps), cfg.trainer.jit_compile
-    )
-
-
-def recipe_steps(cfg, train, steps):
-    """The first `steps` batches of the seeded, shuffled, repeated training stream kmt-train makes from `train`,
-    cached (so a bench does not time the input pipeline), their real target tokens, and the updates of a whole run
-    (what `recipe_model` plans its schedule for): `(stream, tokens, total_steps)`."""
-    from text_pipeline import count_batches, make_dataset
-
-    batching = dict(max_length=cfg.model.max_length, max_tokens=cfg.data.max_tokens, batch_size=cfg.data.batch_size)
-    total_steps = cfg.trainer.epochs * count_batches(
-        train, **batching, bucket_width=cfg.data.bucket_width, repeated=True
-    )
-    stream = (
-        make_dataset(train, **batching, bucket_width=cfg.data.bucket_width, shuffle=True, seed=cfg.seed, repeat=True)
-        .take(steps)
-        .cache()
-    )
-    tokens = sum(int((target_out.numpy() != 0).sum()) for _, target_out in stream)  # fills the cache
-    return stream, tokens, total_steps
-
-
-def fits_side_by_side(models, stream, steps, repeats):
-    """`{name: [seconds, ...]}`: one untimed fit of each model (tracing), then `repeats` rounds that fit each once on
-    `stream`, rotating which goes first, timed by `fit_seconds`."""
-    for model in models.values():
-        fit_seconds(model, stream, steps)
-    seconds = {name: [] for name in models}
-    order = list(models)
-    for _ in range(repeats):
-        for name in order:
-            seconds[name].append(fit_seconds(models[name], stream, steps))
-        order = order[1:] + order[:1]
-    return seconds
-
-
 def fit_seconds(model, data, steps):
     """Seconds that `model.fit(data, steps_per_epoch=steps, epochs=1)` spends training its one epoch, as kmt-train
     times its epochs (`kmt.training.logs.TrainingStats`): its steps, and not the teardown after them.
 
     A clock around the whole call also counts the release of `fit`'s tf.data iterator when it returns, and with
     tf.data autotuning on that sometimes sat idle for 15-17 s on the 2-core AMD EPYC (the main thread joining the
-    iterator's autotuning thread, which slept out its period first; `bench/fit_teardown.py`), which doubled a 20-step
-    bench's step time. kmt's pipelines and `train_throughput.py`'s synthetic stream now turn autotuning off
-    (`kmt.data.batches.without_autotune`); the clock still leaves the teardown out, so that a stream built any
-    other way cannot skew it.
+    iterator's autotuning thread, which slept out its period first), which doubled a 20-step bench's step time.
+    kmt's pipelines and the benches' streams turn autotuning off (`kmt.data.batches.without_autotune`); the clock
+    still leaves the teardown out, so that a stream built any other way cannot skew it.
     """
     from kmt.training.logs import TrainingStats
 

@@ -6,8 +6,8 @@ training memory flat in corpus size: resident memory after the same number of up
     python bench/corpus_scale.py                                  # 4.5M pairs
     python bench/corpus_scale.py --pairs 200000 --updates 50      # a quick look
 
-The corpus is `prepared_data.write_corpus(..., lengths="news")`: made-up words drawn Zipf-like, a log-normal number of
-words a sentence (median 20, 1 to 150), the target two words longer. Both corpora are prepared with `data=parallel
+The corpus is `write_corpus`'s: made-up words drawn Zipf-like, a log-normal number of words a sentence (median 20, 1
+to 150), the target two words longer. Both corpora are prepared with `data=parallel
 model.max_length=256` by `python -m kmt.cli.prepare` in a subprocess (its peak resident memory is the child's
 ru_maxrss); the large one reuses the small one's vocabulary (`data.vocabulary=DIR`), as the docs advise for a large
 corpus. Training runs `kmt.training.prepare.prepare` (everything kmt-train builds: the prepared data's batcher and
@@ -24,16 +24,24 @@ import resource
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from common import hardware, print_json, print_table, require_positive  # noqa: E402  (bench/ is on sys.path)
-from prepared_data import run_prepare, write_corpus  # noqa: E402
 
 PREPARE_TARGET_MB = 2000  # the issue's 2 GB
 FLAT_TARGET = 0.10  # the issue's "within 10%"
 MAX_LENGTH = 256
+ROOT = Path(__file__).resolve().parents[1]
+# Runs a command and writes its peak resident memory (KiB on Linux, bytes on macOS) to a file. Linux keeps a process's
+# high-water RSS across exec, so a child forked from this bench would report the bench's own peak; forked from this
+# small launcher, the command's ru_maxrss is its own.
+LAUNCHER = """import resource, subprocess, sys
+code = subprocess.call(sys.argv[2:])
+open(sys.argv[1], "w").write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
+sys.exit(code)"""
 
 
 def parse_args(argv=None):
@@ -48,6 +56,52 @@ def parse_args(argv=None):
     if args.small > args.pairs:
         parser.error(f"--small must be at most --pairs. Received: --small {args.small} --pairs {args.pairs}")
     return args
+
+
+def write_corpus(directory, pairs, seed=0):
+    """`pairs` line-aligned pairs of random words (a Zipf-like draw from 20,000 made-up words a side), their lengths
+    drawn like news text: log-normal with a median of 20 words (mean 23, one in a hundred over 64), 1 to 150 (WMT14
+    En-De averages about 23 words a sentence), the target two words longer. Written in chunks: `(source path,
+    target path)`."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    syllables = np.array([c + v for c in "bdfgklmnprstvz" for v in "aeiou"])
+    words = [np.array(["".join(rng.choice(syllables, rng.integers(1, 4))) for _ in range(20_000)]) for _ in range(2)]
+    weights = 1 / np.arange(1, 20_001)
+    weights /= weights.sum()
+    paths = Path(directory) / "synthetic.src", Path(directory) / "synthetic.tgt"
+    with open(paths[0], "w") as source, open(paths[1], "w") as target:
+        for start in range(0, pairs, 100_000):
+            count = min(100_000, pairs - start)
+            counts = np.clip(np.rint(rng.lognormal(np.log(20), 0.5, count)), 1, 150).astype(int)
+            for handle, side, stretch in ((source, words[0], 0), (target, words[1], 2)):
+                drawn = side[rng.choice(20_000, int(counts.sum()) + stretch * count, p=weights)]
+                ends = np.cumsum(counts + stretch)
+                handle.write("".join(" ".join(drawn[end - n - stretch : end]) + "\n" for end, n in zip(ends, counts)))
+    return paths
+
+
+def run_prepare(overrides, directory, log):
+    """`python -m kmt.cli.prepare OVERRIDES hydra.run.dir=directory` with this checkout's kmt first on the path:
+    `(wall seconds, peak resident MB, meta.json)`. A failure ends the bench with the log's last line."""
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    arguments = [*overrides, f"hydra.run.dir={directory}"]
+    peak_file = f"{log}.peak"
+    started = time.perf_counter()
+    with open(log, "w") as handle:
+        code = subprocess.call(
+            [sys.executable, "-c", LAUNCHER, peak_file, sys.executable, "-m", "kmt.cli.prepare", *arguments],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    seconds = time.perf_counter() - started
+    if code:
+        lines = Path(log).read_text().strip().splitlines() or ["(no output)"]
+        raise SystemExit(f"kmt-prepare {' '.join(arguments)} failed (exit {code}): {lines[-1]}")
+    peak = int(Path(peak_file).read_text()) * (1 if sys.platform == "darwin" else 1024) / 1e6
+    return seconds, peak, json.loads((Path(directory) / "meta.json").read_text())
 
 
 def train_child(prepared, updates):
@@ -77,8 +131,7 @@ def train_child(prepared, updates):
 
 
 def train_memory(prepared, updates, log):
-    root = Path(__file__).resolve().parents[1]
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     command = [sys.executable, __file__, "--train-child", str(prepared), "--updates", str(updates)]
     with open(log, "w") as handle:
         result = subprocess.run(command, stdout=subprocess.PIPE, stderr=handle, text=True, env=env)
@@ -96,7 +149,7 @@ def main(argv=None):
         workdir = Path(args.workdir or scratch)
         workdir.mkdir(parents=True, exist_ok=True)
         print(f"writing {args.pairs:,} synthetic pairs", file=sys.stderr, flush=True)
-        source, target = write_corpus(workdir, args.pairs, lengths="news")
+        source, target = write_corpus(workdir, args.pairs)
         for name, count in (("small", args.small), ("val", 1000)):
             for path in (source, target):
                 with open(path) as lines, open(f"{path}.{name}", "w") as out:

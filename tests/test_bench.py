@@ -23,18 +23,11 @@ SCRIPTS = [
     "decode_speed",
     "decode_sweep",
     "distribute_scaling",
-    "fit_teardown",
     "layer_complexity",
-    "loss_speed",
-    "malloc_threshold",
     "multi30k",
     "multi30k_jax",
     "opus_mt",
-    "prepared_data",
-    "profile_step",
-    "resume_stream",
     "serve_load",
-    "step_variants",
     "train_throughput",
 ]
 
@@ -106,117 +99,8 @@ def test_batching_benchmark_reports_every_width():
     assert "| bucket width |" in result.stdout
 
 
-@pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
-def test_fit_teardown_benchmark_reports_both_settings():
-    result = run_bench("fit_teardown", "--steps", "2", "--repeats", "1", "debug=smoke", "data.download=false")
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report["benchmark"] == "fit_teardown" and report["training_pairs"] <= 300
-    assert [row["autotune"] for row in report["rows"]] == ["on", "off"]
-    for row in report["rows"]:
-        assert row["fits"] == 1 and row["whole_fit_ms_per_step"] >= row["ms_per_step"] > 0
-        assert row["teardown_seconds"][0] >= 0 and 0 <= row["stalled_fits"] <= 1
-    assert "| autotune |" in result.stdout
-
-
-def test_profile_step_sums_a_traced_functions_ops_per_step_and_folds_their_scopes(monkeypatch, tmp_path):
-    monkeypatch.syspath_prepend(str(BENCH))
-    import tensorflow as tf
-
-    import profile_step
-
-    a = tf.random.normal((256, 256))
-    step = tf.function(lambda: tf.nn.relu(tf.matmul(a, a)))
-    step()  # traced before the profiler starts, as the bench's warm-up fit is
-    tf.profiler.experimental.start(str(tmp_path))
-    for _ in range(2):
-        step()
-    tf.profiler.experimental.stop()
-    times = profile_step.op_times(tmp_path, steps=2)
-    by_type = profile_step.summed(times, lambda name: name.rsplit(":", 1)[1])
-    assert by_type and all(ms > 0 for ms in by_type.values())
-    assert any("MatMul" in op_type for op_type in by_type), by_type
-    assert not any("::" in name for name in times)  # the executor's own events are left out
-    assert (
-        profile_step.scope_of(
-            "StatefulPartitionedCall/gradient_tape/transformer_1/decoder_layer_2_1/feed_forward_1/MatMul:_MklMatMul"
-        )
-        == "gradient_tape/transformer/decoder_layer_N"
-    )
-    assert profile_step.scope_of("StatefulPartitionedCall/LogSoftmax:LogSoftmax") == "LogSoftmax"
-    with pytest.raises(SystemExit, match="no trace"):
-        profile_step.op_times(tmp_path / "empty", steps=1)
-
-
-@pytest.mark.parametrize("eps", [0.0, 0.1])
-def test_loss_speed_times_textbook_losses_that_compute_kmts_values(monkeypatch, eps):
-    monkeypatch.syspath_prepend(str(BENCH))
-    import numpy as np
-
-    import loss_speed
-    from kmt.losses import MaskedAccuracy, MaskedCrossEntropy, MaskedPerplexity
-
-    rng = np.random.default_rng(0)
-    y, logits = np.array([[4, 2, 0], [7, 1, 3]]), rng.normal(size=(2, 3, 9)).astype("float32")
-    logits[1, 2] = logits[1, 2, 3] + 1  # a tie at the maximum: both argmax and top_k take the first index
-    loss, (accuracy, perplexity) = loss_speed.textbook_losses(eps)
-    assert float(loss(y, logits)) == pytest.approx(float(MaskedCrossEntropy(eps)(y, logits)), rel=1e-6)
-    for textbook, ours in ((accuracy, MaskedAccuracy()), (perplexity, MaskedPerplexity())):
-        textbook.update_state(y, logits)
-        ours.update_state(y, logits)
-        assert float(textbook.result()) == pytest.approx(float(ours.result()), rel=1e-6)
-    assert 0 < float(accuracy.result()) < 1
-
-
-def test_step_variants_merge_onto_the_base_and_refuse_data_changes_and_bad_values(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    import step_variants
-    from common import recipe_config
-
-    base = recipe_config("multi30k_en_de")
-    configs = step_variants.variant_configs(
-        base, ["nodrop:model.attention_dropout=0,model.activation_dropout=0", "fp32:trainer.precision=float32"]
-    )
-    assert list(configs) == ["base", "nodrop", "fp32"]
-    assert configs["nodrop"].model.attention_dropout == 0 and configs["nodrop"].model.dropout == base.model.dropout
-    assert configs["fp32"].trainer.precision == "float32" and base.trainer.precision == "mixed_bfloat16"
-    for spec, message in [
-        ("big:data.max_tokens=8192", "changes data settings"),
-        ("typo:model.dropuot=0.1", "model.dropuot"),
-        ("bad:model.dropout=1.5", "dropout"),
-    ]:
-        with pytest.raises(SystemExit, match=message):
-            step_variants.variant_configs(base, [spec])
-    with pytest.raises(SystemExit):
-        step_variants.parse_args(["--variant", "base:model.dropout=0.2"])
-
-
-@pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
-def test_resume_stream_benchmark_times_both_streams(tmp_path):
-    result = run_bench(
-        "resume_stream",
-        "--epochs",
-        "1",
-        "--repeats",
-        "2",
-        "debug=smoke",
-        "data.download=false",
-        "data.subword_sampling=0.5",
-        env={"TMPDIR": str(tmp_path)},
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report["benchmark"] == "resume_stream"
-    assert [row["stream"] for row in report["rows"]] == ["best segmentation", "subword sampling (alpha 0.5)"]
-    for row in report["rows"]:
-        assert row["epochs"] == 2 and len(row["seconds"]) == 2 and row["seconds_per_epoch"] > 0
-        assert row["batches_per_epoch"] > 0 and row["first_batch_seconds"] > 0
-    assert "| training stream |" in result.stdout
-    assert not list(tmp_path.iterdir())  # the prepared data went with its temporary directory
-
-
 def test_train_throughput_streams_its_batches_without_tf_data_autotuning(monkeypatch):
-    # Each of its fits releases the stream's iterator, which with autotuning on could idle 15-17 s (fit_teardown.py).
+    # Each of its fits releases the stream's iterator, which with autotuning on could idle 15-17 s (common.fit_seconds).
     monkeypatch.syspath_prepend(str(BENCH))
     import train_throughput
 
@@ -226,29 +110,6 @@ def test_train_throughput_streams_its_batches_without_tf_data_autotuning(monkeyp
     streamed = [(f["source"].numpy(), f["target_in"].numpy(), target_out.numpy()) for f, target_out in data.take(3)]
     expected = [batches[0], batches[1], batches[0]]  # repeated
     assert all((a == b).all() for got, want in zip(streamed, expected) for a, b in zip(got, want))
-
-
-@pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
-@pytest.mark.slow
-def test_malloc_threshold_benchmark_trains_with_each_setting(multi30k_head):
-    result = run_bench("malloc_threshold", "--pairs", "300", "--repeats", "1", "debug=smoke", "data.download=false")
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report["benchmark"] == "malloc_threshold" and [row["setting"] for row in report["results"]] == [
-        "kmt",
-        "128 KiB",
-    ]
-    for row in report["results"]:
-        assert row["epoch_seconds"] > 0 and row["minor_faults"] > 0 and 0 < row["kernel_share"] < 1
-    assert report["ratio"] > 0 and "| mmap threshold |" in result.stdout
-
-
-def test_a_failed_run_ends_the_malloc_threshold_bench_with_its_one_line_error():
-    result = run_bench("malloc_threshold", "--pairs", "300", "--repeats", "1", "debug=smoke", "model.hidden_dim=-5")
-    assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1] == (
-        "error: kmt-train (kmt) failed: error: model.hidden_dim must be positive. Received: model.hidden_dim=-5"
-    )
 
 
 def test_hardware_tells_cpus_that_share_a_bare_name_apart(monkeypatch):
@@ -275,7 +136,7 @@ def test_train_throughput_counts_updates_of_several_batches():
     assert "| updates/s (4 batches) |" in result.stdout
 
 
-@pytest.mark.parametrize("script", ["batching", "fit_teardown", "train_throughput"])
+@pytest.mark.parametrize("script", ["batching", "train_throughput"])
 def test_a_step_count_below_one_is_a_one_line_usage_error(script):
     result = run_bench(script, "--steps", "0")
     assert result.returncode == 2
