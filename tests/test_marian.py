@@ -13,7 +13,6 @@ import pytest
 pytest.importorskip("transformers", reason="the reference implementation: pip install transformers torch")
 torch = pytest.importorskip("torch")
 
-from bench.marian_checkpoint import SOURCES, TARGETS, make_checkpoint  # noqa: E402
 from kmt.checkpoints import load_run_model  # noqa: E402
 from kmt.inference.decoding import search_ids  # noqa: E402
 from kmt.inference.settings import SearchSettings  # noqa: E402
@@ -21,6 +20,7 @@ from kmt.run_dir import RunDir  # noqa: E402
 from kmt.special_ids import END_ID, PAD_ID, START_ID, UNK_ID  # noqa: E402
 from kmt.tokenizer import Vocabularies  # noqa: E402
 from tests.helpers import model_logits, run_cli  # noqa: E402
+from tests.marian_checkpoint import SOURCES, TARGETS, make_checkpoint  # noqa: E402
 
 # Punctuation, digits, accents, characters the SentencePiece models never saw, an empty line, extra spaces.
 SAMPLE = [*SOURCES[:4], "naïve café — résumé ÁÉÍÓÚ ü!!!", "日本語 ☃ 42", "", "   espacios   alrededor  ", "3.14 12345"]

@@ -1,5 +1,5 @@
-"""A random MarianMT checkpoint laid out as the Hugging Face hub's OPUS-MT models are, for the import tests and the
-OPUS-MT bench (no weights can be downloaded here): `make_checkpoint(directory, ...)`.
+"""A random MarianMT checkpoint laid out as the Hugging Face hub's OPUS-MT models are, for the import tests (no weights
+can be downloaded here): `make_checkpoint(directory, ...)`.
 
 It trains two small SentencePiece models (source and target) on `SOURCES` and `TARGETS`, writes a `vocab.json` over
 both (`</s>` 0, `<unk>` 1, the pieces, `<pad>` last, as Marian's vocabularies are) and saves a `MarianMTModel` of
