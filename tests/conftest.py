@@ -10,12 +10,35 @@ os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
+OPTIONAL = "an optional dependency"  # in the reason of every skip for a missing optional package (helpers.optional)
+
 
 def pytest_collection_modifyitems(config, items):
-    """The end-to-end runs (marked slow) first, in their order, then the rest: under pytest-xdist the long runs start
-    early and the short tests fill the workers' last minutes, instead of one worker running a minutes-long test at
-    the end while the other waits."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The end-to-end tests first, in their order, then the rest: the long runs start early and the short tests fill
+    the workers' last minutes."""
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
+
+
+def _fail_optional_skips(report):
+    """Under KMT_NO_OPTIONAL_SKIPS=1 (.ci/run), a test skipped because an optional dependency is missing fails
+    instead: nothing user-facing drops out of CI unseen."""
+    if report.skipped and os.environ.get("KMT_NO_OPTIONAL_SKIPS") == "1" and OPTIONAL in str(report.longrepr):
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI, where every optional dependency must be installed: {report.longrepr}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    _fail_optional_skips(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    report = yield
+    _fail_optional_skips(report)
+    return report
 
 
 @pytest.fixture(autouse=True)
@@ -27,36 +50,44 @@ def _fresh_keras_state():
     keras.config.set_dtype_policy("float32")
 
 
-@pytest.fixture(scope="session")
-def smoke_run(tmp_path_factory):
-    """One `kmt-train debug=smoke` run (dates, greedy export), shared read-only by the CLI and export tests.
-
-    Trained once for the whole session, also under pytest-xdist, which makes a session fixture once in every worker:
-    the first worker to ask trains it under a lock, in a folder of the run that every worker sees; the others wait
-    for it, then read it."""
+def shared_once(tmp_path_factory, name, build):
+    """The folder `name`, built once for the whole session by `build(folder)`, also under pytest-xdist (which makes a
+    session fixture once in every worker): the first worker to ask builds it under a file lock, in a folder of the
+    run that every worker sees, and marks it done last; the others wait for it, then read it."""
     import fcntl
-
-    from tests.helpers import run_cli
 
     shared = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         shared = shared.parent  # each worker's base folder lies in the run's
-    run_dir = shared / "smoke_run"
-    with open(shared / "smoke_run.lock", "w") as lock:
+    folder, done = shared / name, shared / f"{name}.done"
+    with open(shared / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (run_dir / "metrics.json").exists():  # written last, so the run is whole
-            result = run_cli("train", "debug=smoke", "trainer.epochs=2", f"hydra.run.dir={run_dir}")
-            assert result.returncode == 0, result.stderr[-3000:]
-    return run_dir
+        if not done.exists():
+            build(folder)
+            done.touch()
+    return folder
+
+
+def _cli_build(*args):
+    """A `build` for `shared_once` that runs `kmt-<args[0]> args[1:] hydra.run.dir=FOLDER` in a fresh process."""
+
+    def build(folder):
+        from tests.helpers import run_cli
+
+        result = run_cli(*args, f"hydra.run.dir={folder}")
+        assert result.returncode == 0, result.stderr[-3000:]
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory):
+    """One `kmt-train debug=smoke trainer.epochs=2` run (dates, greedy export), as a user first runs it, shared
+    read-only by every test that reads a run or an export."""
+    return shared_once(tmp_path_factory, "smoke_run", _cli_build("train", "debug=smoke", "trainer.epochs=2"))
 
 
 @pytest.fixture(scope="session")
 def prepared_smoke(tmp_path_factory):
-    """`kmt-prepare debug=smoke` once a session (a worker's, under pytest-xdist), read-only for the tests that train
-    from prepared data."""
-    from tests.helpers import run_cli
-
-    directory = tmp_path_factory.mktemp("prepared") / "smoke"
-    result = run_cli("prepare", "debug=smoke", f"hydra.run.dir={directory}")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return directory
+    """`kmt-prepare debug=smoke` once a session, read-only for the tests that train from prepared data."""
+    return shared_once(tmp_path_factory, "prepared_smoke", _cli_build("prepare", "debug=smoke"))

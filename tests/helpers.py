@@ -82,3 +82,9 @@ def token_batch():
     source[0, 5:] = 0  # a padded sentence
     target_in = rng.integers(1, 23, size=(3, 6))
     return source, target_in
+
+
+def optional(module, install):
+    """`pytest.importorskip(module)` for an optional dependency, whose skip fails under .ci/run
+    (KMT_NO_OPTIONAL_SKIPS=1; tests/conftest.py). `install` says how a user gets it."""
+    return pytest.importorskip(module, reason=f"needs {module}, an optional dependency: {install}")

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from kmt.training import train
-from tests.helpers import compose_config, run_cli
+from tests.helpers import compose_config, optional, run_cli
 
 # A `tensorflow` package that cannot be imported: it writes the id of each process that tries, then refuses.
 FAKE_TENSORFLOW = """import os
@@ -140,7 +140,7 @@ def test_tensorflow_and_jax_train_to_the_same_val_loss_from_the_same_start(prepa
 
 @pytest.mark.slow
 def test_a_pytorch_run_from_prepared_data_resumes_averages_and_beam_searches(prepared_smoke, tmp_path):
-    pytest.importorskip("torch")
+    optional("torch", 'pip install "kmt[torch]"')
     run_dir = tmp_path / "run"
     common = [
         "data=prepared",

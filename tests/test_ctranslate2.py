@@ -25,7 +25,8 @@ from tests.helpers import refused, run_cli
 
 # Only the optional third-party library may be missing (the `ctranslate2` extra); kmt's own module always imports.
 needs_ctranslate2 = pytest.mark.skipif(
-    importlib.util.find_spec("ctranslate2") is None, reason='needs CTranslate2: pip install "kmt[ctranslate2]"'
+    importlib.util.find_spec("ctranslate2") is None,
+    reason='needs ctranslate2, an optional dependency: pip install "kmt[ctranslate2]"',
 )
 
 DATES = [
