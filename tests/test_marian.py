@@ -10,8 +10,10 @@ import shutil
 import numpy as np
 import pytest
 
-pytest.importorskip("transformers", reason="the reference implementation: pip install transformers torch")
-torch = pytest.importorskip("torch")
+from tests.helpers import optional
+
+optional("transformers", "pip install transformers torch (the reference implementation)")
+torch = optional("torch", "pip install transformers torch (the reference implementation)")
 
 from kmt.checkpoints import load_run_model  # noqa: E402
 from kmt.inference.decoding import search_ids  # noqa: E402
