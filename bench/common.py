@@ -1,7 +1,8 @@
 """What every benchmark in bench/ shares: the machine's name, medians, a markdown table and one JSON line.
 
 Benchmarks print figures measured side by side in one process; nothing here asserts a speed. Each is a command, so
-importing this turns on kmt's commands' quiet start-up (TensorFlow's start-up lines kept out of the output).
+importing this imports `kmt.cli`, which gives every kmt command its quiet start-up (TensorFlow's start-up lines kept
+out of the output).
 """
 
 import json
@@ -13,9 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from kmt._startup import quiet_startup
-
-quiet_startup()
+import kmt.cli  # noqa: F401  (a command's quiet start-up)
 
 
 def hardware(cpuinfo=None):

@@ -106,11 +106,9 @@ def run_prepare(overrides, directory, log):
 
 def train_child(prepared, updates):
     """In this process: what kmt-train builds from `prepared`, `updates` updates fitted; prints a JSON line."""
-    from kmt.cli.errors import quiet_tensorflow
     from kmt.config import compose_config
     from kmt.training.prepare import prepare
 
-    quiet_tensorflow()
     cfg = compose_config(
         "data=prepared",
         f"data.path={prepared}",

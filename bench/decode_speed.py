@@ -301,13 +301,14 @@ def bleu_scores(results, count, path, lines, lang):
 def main(argv=None):
     args = parse_args(argv)
     from kmt.checkpoints import load_run_model
-    from kmt.cli.errors import exit_on_user_error, quiet_tensorflow
+    from kmt.errors import KmtError
 
-    quiet_tensorflow()
-    with exit_on_user_error():
+    try:
         cfg, vocabularies, model = load_run_model(args.run_dir)
         sentences, mean_source_tokens, lines = pick_sentences(args, cfg, vocabularies)
         other = load_run_model(args.against) if args.against else None
+    except KmtError as error:
+        raise SystemExit(f"error: {error}") from None
     names = labels(cfg, other[0]) if other else None
 
     def count_tokens(translations):

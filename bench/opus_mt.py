@@ -127,11 +127,9 @@ def main(argv=None):
     args = parse_args(argv)
     import decode_speed
     import kmt
-    from kmt.cli.errors import quiet_tensorflow
     from kmt.importers.marian import import_marian
     from kmt.tokenizer import Vocabularies
 
-    quiet_tensorflow()
     shape = TINY if args.tiny else OPUS_MT
     with tempfile.TemporaryDirectory(prefix="opus_mt_") as scratch:
         scratch = Path(scratch)
