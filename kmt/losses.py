@@ -76,7 +76,7 @@ class MaskedCrossEntropy(keras.losses.Loss):
         vocab_size = y_pred.shape[-1]
         # -sum_v target_v log p(v) with the smoothed target distribution written out, so the gradient reaching the
         # log-probabilities is -target, elementwise, and not the scatter of a pick's gradient into a (B, T, V) zero
-        # tensor (bench/profile_step.py; bench/loss_speed.py times both).
+        # tensor (docs/experiments/performance.md, "Where a step's time goes").
         target = ops.one_hot(y_true, vocab_size) * (1.0 - self.label_smoothing) + self.label_smoothing / vocab_size
         per_token = -ops.sum(target * _log_probs(y_pred), axis=-1)  # (B, T)
         weights = _real_tokens(y_true, self.pad_id)  # (B, T)

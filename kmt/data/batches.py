@@ -197,7 +197,7 @@ def keep_tensor_buffers_on_the_heap():
     M_TRIM_THRESHOLD=128 kb", to hand freed memory back to the system). From then on glibc maps buffers of a few MiB,
     a batch's activations, afresh with mmap at each allocation, page-faults them in and unmaps them when freed,
     where it had been reusing its heap: on a 2-core AMD EPYC a training epoch took 1.46 times as long, with 45% of
-    its CPU time in the kernel (`bench/malloc_threshold.py`). Called from inside the generator, after TensorFlow's
+    its CPU time in the kernel (docs/experiments/performance.md). Called from inside the generator, after TensorFlow's
     patch, this sets glibc's mmap threshold to the ceiling of glibc's own adaptive threshold; the trim threshold
     stays as TensorFlow set it. Nothing is done where `MALLOC_MMAP_THRESHOLD_` is set (the user's choice) or off
     glibc.
@@ -285,8 +285,8 @@ def without_autotune():
     20 ms, ... up to a minute). Releasing the iterator joins that thread, and in TensorFlow 2.21 the thread first
     sleeps out its period, so `model.fit` returned up to a period after its last step with the CPU idle: 15-17 s
     after each of five 20-step fits on the 2-core AMD EPYC (each took 41.1 s in all, just past a wake-up at 10 ms
-    x 2^12 = 40.96 s), against 0.1 s with autotuning off (`python bench/fit_teardown.py`). kmt-train paid it once a run.
-    Without autotuning, `AUTOTUNE` in `map` runs as many calls at once as TensorFlow's inter-op pool has threads
+    x 2^12 = 40.96 s), against 0.1 s with autotuning off (docs/experiments/performance.md); kmt-train paid it once
+    a run. Without autotuning, `AUTOTUNE` in `map` runs as many calls at once as TensorFlow's inter-op pool has threads
     (at most 16), and in `prefetch` gives a buffer that grows while the consumer waits: all kmt's tf.data
     pipelines need, as their work is small next to a training step.
     """

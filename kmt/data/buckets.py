@@ -2,7 +2,7 @@
 each bucket holds, and how many batches a pass makes.
 
 Plain numpy, no TensorFlow: `kmt.data.batches` (the batcher of every backend) builds training batches from these
-rules, and `bench/text_pipeline.py` (the old tf.data pipeline, the benchmarks' reference) builds its own from them.
+rules, and `bench/batching.py`'s tf.data text pipeline builds its own from them.
 """
 
 import numpy as np
