@@ -203,7 +203,7 @@ def keras_dataset(batches):
     if keras.backend.backend() != "tensorflow":
         tf.config.set_visible_devices([], "GPU")  # tf.data only feeds; the accelerator belongs to the backend
     source, target_in, target_out = (np.concatenate(arrays) for arrays in zip(*batches))  # (N*B, L) each
-    from kmt.data.batches import without_autotune  # each fit would otherwise idle on release (fit_teardown.py)
+    from kmt.data.batches import without_autotune  # each fit would otherwise idle on release (common.fit_seconds)
 
     batch_size = len(batches[0][0])
     dataset = tf.data.Dataset.from_tensor_slices(({"source": source, "target_in": target_in}, target_out))
