@@ -88,3 +88,26 @@ def optional(module, install):
     """`pytest.importorskip(module)` for an optional dependency, whose skip fails under .ci/run
     (KMT_NO_OPTIONAL_SKIPS=1; tests/conftest.py). `install` says how a user gets it."""
     return pytest.importorskip(module, reason=f"needs {module}, an optional dependency: {install}")
+
+
+def train_main(monkeypatch, capsys, *args):
+    """`kmt-train args...` run in the test process (Hydra's `main`, as the console script calls it): `(exit status,
+    stdout, stderr)`. Hydra's logging setup is off (its `dictConfig` would close pytest's capture handlers) and its
+    global state is cleared afterwards. The real process is run by the `smoke_run` fixture and the e2e tests."""
+    import sys
+
+    from hydra.core.global_hydra import GlobalHydra
+
+    from kmt.cli.train import main
+
+    quiet = ["hydra/job_logging=none", "hydra/hydra_logging=none"]
+    monkeypatch.setattr(sys, "argv", ["kmt-train", *map(str, args), *quiet])
+    try:
+        main()
+        status = 0
+    except SystemExit as stopped:
+        status = stopped.code
+    finally:
+        GlobalHydra.instance().clear()
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err

@@ -1,5 +1,5 @@
-"""End-to-end training: the real configs composed with debug=smoke, trained into tmp_path, and one short real run that
-must learn."""
+"""Training: the real configs composed with debug=smoke, trained into tmp_path (e2e), and one short real run that must
+learn; the shared smoke run's files, the train step, and every refusal before any data is read (the default tier)."""
 
 import csv
 import json
@@ -18,9 +18,7 @@ from kmt.config import validate
 from kmt.data.prepared import prepare_data
 from kmt.errors import ConfigError, DataError, KmtError
 from kmt.training import train
-from tests.helpers import compose_config, pixels_of_color, run_cli
-
-pytestmark = pytest.mark.slow
+from tests.helpers import compose_config, pixels_of_color, run_cli, train_main
 
 
 def _history(run_dir):
@@ -28,7 +26,7 @@ def _history(run_dir):
         return list(csv.DictReader(f))
 
 
-def test_smoke_run_makes_every_file_and_resumes(smoke_run, tmp_path):
+def test_smoke_run_makes_every_file(smoke_run):
     # smoke_run is `kmt-train debug=smoke trainer.epochs=2`, as a user would first run it.
     for path in [
         ".hydra/config.yaml",
@@ -51,12 +49,14 @@ def test_smoke_run_makes_every_file_and_resumes(smoke_run, tmp_path):
     assert metrics["train"]["tokens_per_second"] > 0 and metrics["train"]["epochs"] == 2
     assert [row["epoch"] for row in _history(smoke_run)] == ["0", "1"]
 
-    # Asked for more epochs, the same command goes on from the run's last epoch (in a copy: smoke_run is shared).
-    run_dir = shutil.copytree(smoke_run, tmp_path / "run", ignore=shutil.ignore_patterns("export"))
+
+@pytest.mark.e2e
+def test_the_smoke_run_asked_for_more_epochs_goes_on_from_its_last(smoke_run, tmp_path, caplog):
+    caplog.set_level("INFO", logger="kmt")
+    run_dir = shutil.copytree(smoke_run, tmp_path / "run", ignore=shutil.ignore_patterns("export"))  # it is shared
     kept = (run_dir / "checkpoints" / "epoch_002.weights.h5").read_bytes()
-    again = run_cli("train", "debug=smoke", f"hydra.run.dir={run_dir}", "trainer.epochs=3", "trainer.export=false")
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "resuming after epoch 2 at optimizer step" in again.stdout + again.stderr
+    train(compose_config("trainer.epochs=3", "trainer.export=false"), run_dir)
+    assert "resuming after epoch 2 at optimizer step" in caplog.text
     history = _history(run_dir)
     assert [row["epoch"] for row in history] == ["0", "1", "2"]
     assert float(history[2]["learning_rate"]) != float(history[1]["learning_rate"])  # the schedule went on
@@ -67,6 +67,7 @@ def test_smoke_run_makes_every_file_and_resumes(smoke_run, tmp_path):
     assert json.loads((run_dir / "metrics.json").read_text())["train"]["epochs"] == 3
 
 
+@pytest.mark.e2e
 def test_kmt_train_learns_the_dates_task(tmp_path):
     """The real command, not under debug=smoke: the default tiny model and Noam warm-up on 4,000 dates pairs, 4 short
     epochs (492 updates), must translate a good share of the test dates exactly. A decoder that ignores the source,
@@ -91,6 +92,7 @@ def test_kmt_train_learns_the_dates_task(tmp_path):
     assert test["exact_match"] >= 0.4 and test["accuracy"] >= 0.85, test
 
 
+@pytest.mark.e2e
 def test_fine_tuning_starts_from_another_runs_vocabulary_and_weights(smoke_run, tmp_path, caplog):
     """trainer.init_from: the vocabulary is copied and the weights loaded, so at a vanishing learning rate the run
     ends with the weights the other run ended with (a fresh start would end far from them)."""
@@ -135,8 +137,11 @@ def test_fine_tuning_starts_from_another_runs_vocabulary_and_weights(smoke_run, 
     assert "model.num_layers=1, model.hidden_dim=32" in caplog.text
 
 
-def test_train_returns_the_metrics_and_leaves_the_config_as_it_was(tmp_path):
-    cfg = compose_config("trainer.objective=accuracy", "trainer.export=false")
+@pytest.mark.e2e
+def test_train_returns_the_metrics_leaves_the_config_and_logs_perplexity_as_exp_of_the_loss(tmp_path):
+    cfg = compose_config(
+        "optim.label_smoothing=0", "trainer.objective=ppl", "trainer.monitor=val_ppl", "trainer.export=false"
+    )
     before = OmegaConf.to_yaml(cfg)
     metrics = train(cfg, tmp_path)
     assert metrics == json.loads((tmp_path / "metrics.json").read_text())
@@ -144,13 +149,8 @@ def test_train_returns_the_metrics_and_leaves_the_config_as_it_was(tmp_path):
     saved = OmegaConf.load(tmp_path / "config.yaml")  # the run's record: what it resolved (trainer.precision=auto)
     assert cfg.trainer.precision == "auto" and saved.trainer.precision == "float32"
 
-
-def test_perplexity_is_logged_and_without_smoothing_is_exp_of_the_loss(tmp_path):
-    cfg = compose_config(
-        "optim.label_smoothing=0", "trainer.objective=ppl", "trainer.monitor=val_ppl", "trainer.export=false"
-    )
-    train(cfg, tmp_path)
-    val = json.loads((tmp_path / "metrics.json").read_text())["val"]
+    # Without label smoothing, perplexity is exp of the loss.
+    val = metrics["val"]
     assert val["ppl"] == pytest.approx(math.exp(val["loss"]), rel=1e-4)
     row = _history(tmp_path)[-1]
     assert float(row["val_ppl"]) == pytest.approx(math.exp(float(row["val_loss"])), rel=1e-4)
@@ -158,6 +158,7 @@ def test_perplexity_is_logged_and_without_smoothing_is_exp_of_the_loss(tmp_path)
     assert json.loads((tmp_path / "checkpoints" / "best.json").read_text())["monitor"] == "val_ppl"
 
 
+@pytest.mark.e2e
 def test_val_bleu_is_logged_every_epoch_and_picks_the_best_checkpoint(tmp_path):
     cfg = compose_config(
         "trainer.epochs=2",
@@ -181,6 +182,7 @@ def test_val_bleu_is_logged_every_epoch_and_picks_the_best_checkpoint(tmp_path):
     assert scores[-1] == pytest.approx(val_metrics["bleu"])
 
 
+@pytest.mark.e2e
 def test_cooldown_ends_with_the_run_and_a_cut_short_one_says_so(tmp_path, caplog):
     caplog.set_level("INFO", logger="kmt.training")
     train(compose_config("trainer.epochs=2", "optim.cooldown=0.5", "trainer.export=false"), tmp_path / "full")
@@ -203,6 +205,7 @@ def test_cooldown_ends_with_the_run_and_a_cut_short_one_says_so(tmp_path, caplog
     assert "did not cool down; lower trainer.epochs" in caplog.text
 
 
+@pytest.mark.e2e
 def test_subword_sampling_trains_on_longer_drawn_segmentations_and_reproduces(tmp_path, caplog):
     caplog.set_level("INFO", logger="kmt.training")
     sampled = ["data.subword_sampling=0.1", "trainer.epochs=2", "trainer.export=false"]
@@ -216,6 +219,7 @@ def test_subword_sampling_trains_on_longer_drawn_segmentations_and_reproduces(tm
     assert losses[0] == pytest.approx(losses[1], rel=1e-6)
 
 
+@pytest.mark.e2e
 def test_late_dropout_changes_the_rate_from_its_epoch_and_again_after_a_resume(tmp_path, caplog):
     """model.late_dropout: the first epochs train as without it; then the new rate acts (here 0.9, so the training
     loss rises above the run that keeps 0.5); a resumed run past the switch gets the new rate back."""
@@ -307,6 +311,7 @@ def test_the_train_step_is_traced_once_across_batch_shapes():
     assert len(traces) == 1  # an optimizer built inside the first trace makes tf.function trace it twice
 
 
+@pytest.mark.e2e
 def test_multirun_writes_one_dir_per_job_and_a_summary(tmp_path):
     result = run_cli(
         "train",
@@ -415,12 +420,22 @@ def test_bad_values_are_rejected_before_any_data_is_read(override, message):
         ),
     ],
 )
-def test_config_and_path_mistakes_end_with_one_clear_line(tmp_path, args, message):
-    result = run_cli("train", "debug=smoke", *args, f"hydra.run.dir={tmp_path / 'run'}")
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert lines[-1].startswith("error: ") and message in lines[-1], result.stderr[-2000:]
-    assert "Traceback" not in result.stderr
+def test_config_and_path_mistakes_end_with_one_clear_line(monkeypatch, capsys, tmp_path, args, message):
+    status, _, stderr = train_main(monkeypatch, capsys, "debug=smoke", *args, f"hydra.run.dir={tmp_path / 'run'}")
+    assert status == 2
+    lines = stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and message in lines[-1], stderr[-2000:]
+    assert "Traceback" not in stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.e2e
+def test_a_mistake_ends_the_kmt_train_process_with_one_clear_line(tmp_path):
+    result = run_cli("train", "debug=smoke", "model.hidden_dim=31", f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: model.hidden_dim must be divisible by model.num_heads. Received: hidden_dim=31, num_heads=2"
+    )
 
 
 def test_mismatched_parallel_files_name_both_files(tmp_path):
@@ -437,6 +452,7 @@ def test_mismatched_parallel_files_name_both_files(tmp_path):
         train(cfg, tmp_path / "run")
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
 @pytest.mark.parametrize(
     "data", [["experiment=multi30k_en_de"], ["experiment=multi30k_de_en"], ["data=spa_eng"]], ids=str
@@ -461,6 +477,7 @@ def test_a_smoke_run_on_multi30k_keeps_nearly_all_its_pairs(tmp_path):
     assert all(0.9 * cfg.data.limit <= pairs <= cfg.data.limit for pairs in kept.values()), kept
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
 def test_smoke_run_on_multi30k_tok_copies_scores_without_retokenizing(tmp_path):
     cfg = compose_config(
