@@ -190,14 +190,14 @@ MIXES = {"alone": False, "beside hostile clients": True}  # whether the hostile 
 
 
 def hostile_client(kind, port, interval_s, stop, statuses):
-    """One hostile client of `kind`, a request every `interval_s` until `stop` is set; counts the statuses it gets
-    in `statuses[kind]` ("closed" when the server closed the connection without an answer)."""
+    """One hostile client of `kind`: a request at once, then one every `interval_s` until `stop` is set; counts the
+    statuses it gets in `statuses[kind]` ("closed" when the server closed the connection without an answer)."""
     bodies = {
         "poison": b'{"text": ["\\ud800 May 1971"]}',
         "nested": b"[" * 100_000 + b"]" * 100_000,
         "disconnecting": b'{"text": ["Tuesday, March 5, 1996"]}',
     }
-    while not stop.wait(interval_s):
+    while True:
         with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
             body = bodies.get(kind, b'{"text"')
             length = 100 if kind == "stalled" else len(body)
@@ -207,15 +207,16 @@ def hostile_client(kind, port, interval_s, stop, statuses):
             )
             if kind == "disconnecting":
                 statuses[kind]["sent, gone"] += 1
-                continue
-            reply = connection.recv(64)
-        found = re.match(rb"HTTP/1.1 (\d+)", reply)
-        statuses[kind][found[1].decode() if found else "closed"] += 1
+            else:
+                found = re.match(rb"HTTP/1.1 (\d+)", connection.recv(64))
+                statuses[kind][found[1].decode() if found else "closed"] += 1
+        if stop.wait(interval_s):
+            break
 
 
-def hostile_clients(port, interval_s, stop, results):
+def hostile_clients(port, interval_s, stop, started, results):
     """Every `HOSTILE` client, on threads of this process (another than the good clients', as other machines would
-    be), until `stop` is set; then puts {kind: {status: count}} on `results`."""
+    be), from when it sets `started` until `stop` is set; then puts {kind: {status: count}} on `results`."""
     statuses = collections.defaultdict(collections.Counter)
     threads = [
         threading.Thread(target=hostile_client, args=(kind, port, interval_s, stop, statuses))
@@ -224,6 +225,7 @@ def hostile_clients(port, interval_s, stop, results):
     ]
     for thread in threads:
         thread.start()
+    started.set()
     for thread in threads:
         thread.join()
     results.put({kind: dict(counts) for kind, counts in statuses.items()})
@@ -245,12 +247,14 @@ def hostile(args, export, sentences):
         }
         for mode in list(MIXES) * 2:  # in turns, so that a drift in the machine's load falls on both
             run, context = runs[mode], multiprocessing.get_context("spawn")
-            stop, results = context.Event(), context.Queue()
+            stop, started, results = context.Event(), context.Event(), context.Queue()
             process = context.Process(
-                target=hostile_clients, args=(server.port, args.hostile_interval_ms / 1000, stop, results)
+                target=hostile_clients, args=(server.port, args.hostile_interval_ms / 1000, stop, started, results)
             )
             if MIXES[mode]:
                 process.start()
+                if not started.wait(120):  # the good clients' row starts beside running hostile clients
+                    raise SystemExit("the hostile clients did not start")
             latencies, failures, seconds = load(
                 server.port, sentences, clients, 10**9, args.max_seconds / 2, run["answers"]
             )

@@ -32,7 +32,7 @@ def test_a_failed_batch_is_decoded_again_one_sentence_at_a_time_and_only_the_gui
     model, requests = FailsOnPoison(), [["a", "b"], ["poison", "c"], ["d"], ["e", "f", "g"]]  # 8: one batch
 
     async def serve():
-        batcher = Batcher(model, max_batch_size=8, timeout_s=0.5, max_queue=64)
+        batcher = Batcher(model, max_batch_size=8, timeout_s=60, max_queue=64)  # formed by its count, not its window
         await batcher.start()
         answers = await asyncio.gather(
             *(batcher.submit("translate", {"text": text}) for text in requests), return_exceptions=True
