@@ -10,6 +10,8 @@ os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
+from tests.helpers import shared_once  # noqa: E402
+
 OPTIONAL = "an optional dependency"  # in the reason of every skip for a missing optional package (helpers.optional)
 
 
@@ -48,24 +50,6 @@ def _fresh_keras_state():
     keras.config.set_dtype_policy("float32")
     yield
     keras.config.set_dtype_policy("float32")
-
-
-def shared_once(tmp_path_factory, name, build):
-    """The folder `name`, built once for the whole session by `build(folder)`, also under pytest-xdist (which makes a
-    session fixture once in every worker): the first worker to ask builds it under a file lock, in a folder of the
-    run that every worker sees, and marks it done last; the others wait for it, then read it."""
-    import fcntl
-
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent  # each worker's base folder lies in the run's
-    folder, done = shared / name, shared / f"{name}.done"
-    with open(shared / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not done.exists():
-            build(folder)
-            done.touch()
-    return folder
 
 
 def _cli_build(*args):

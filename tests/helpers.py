@@ -16,6 +16,24 @@ def compose_config(*overrides):
         return compose(["debug=smoke", *overrides])
 
 
+def shared_once(tmp_path_factory, name, build):
+    """The folder `name`, built once for the whole session by `build(folder)`, also under pytest-xdist (which makes a
+    session fixture once in every worker): the first worker to ask builds it under a file lock, in a folder of the
+    run that every worker sees, and marks it done last; the others wait for it, then read it."""
+    import fcntl
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # each worker's base folder lies in the run's
+    folder, done = shared / name, shared / f"{name}.done"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            build(folder)
+            done.touch()
+    return folder
+
+
 def code_blocks(page, language):
     """The text of each ```language block of the Markdown file `page`, in order."""
     return re.findall(rf"```{language}\n(.*?)```", page.read_text(encoding="utf-8"), re.DOTALL)

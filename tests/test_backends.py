@@ -2,6 +2,7 @@
 installed, and the same val loss as TensorFlow from the same data and seed."""
 
 import csv
+import functools
 import json
 import os
 import subprocess
@@ -10,7 +11,7 @@ import sys
 import pytest
 
 from kmt.training import train
-from tests.helpers import compose_config, optional, run_cli
+from tests.helpers import compose_config, optional, run_cli, shared_once
 
 # A `tensorflow` package that cannot be imported: it writes the id of each process that tries, then refuses.
 FAKE_TENSORFLOW = """import os
@@ -40,11 +41,14 @@ def history(run_dir):
         return list(csv.DictReader(handle))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def jax_run(prepared_smoke, tmp_path_factory):
-    """Two epochs under JAX where `import tensorflow` fails: `(run_dir, pid of the training process, pids that tried
-    to import TensorFlow)`."""
-    root = tmp_path_factory.mktemp("jax")
+    """Two epochs under JAX where `import tensorflow` fails, trained once for all workers: `(run_dir, pid of the
+    training process, pids that tried to import TensorFlow)`, read-only."""
+    return shared_once(tmp_path_factory, "jax_run", functools.partial(_train_without_tensorflow, prepared_smoke))
+
+
+def _train_without_tensorflow(prepared_smoke, root):
     fake = root / "fake"
     (fake / "tensorflow").mkdir(parents=True)
     (fake / "tensorflow" / "__init__.py").write_text(FAKE_TENSORFLOW)
@@ -64,12 +68,16 @@ def jax_run(prepared_smoke, tmp_path_factory):
         },
     )
     assert process.returncode == 0, stderr[-3000:]
-    return run_dir, process.pid, set(attempts.read_text().split()), stderr
+    (root / "pid").write_text(str(process.pid))
 
 
-@pytest.mark.slow
+def _jax_run_record(root):
+    return root / "run", int((root / "pid").read_text()), set((root / "attempts.txt").read_text().split())
+
+
+@pytest.mark.e2e
 def test_a_jax_run_from_prepared_data_trains_scores_and_never_imports_tensorflow(jax_run):
-    run_dir, pid, tried, stderr = jax_run
+    run_dir, pid, tried = _jax_run_record(jax_run)
     assert str(pid) not in tried  # the training process never asked for TensorFlow
     assert tried  # the export's own process did, and was refused: so the stand-in works
     assert [row["epoch"] for row in history(run_dir)] == ["0", "1"]  # Keras counts epochs from 0
@@ -85,9 +93,9 @@ def test_a_jax_run_from_prepared_data_trains_scores_and_never_imports_tensorflow
     assert f"kmt-export {run_dir} --average 2" in (run_dir / "train.log").read_text()  # what to run where TF is
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_kmt_export_makes_the_saved_model_of_a_jax_run_where_tensorflow_is(jax_run, tmp_path):
-    run_dir = jax_run[0]
+    run_dir = jax_run / "run"
     result = run_cli("export", run_dir, "--average", "2", "--output", tmp_path / "export")
     assert result.returncode == 0, result.stderr[-3000:]
     translated = run_cli("translate", tmp_path / "export", input="march 3, 2021\n12/25/1999\n\n")
@@ -96,7 +104,7 @@ def test_kmt_export_makes_the_saved_model_of_a_jax_run_where_tensorflow_is(jax_r
     assert len(lines) == 3 and all(line.strip() for line in lines[:2]) and lines[2] == ""
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_jax_run_resumed_after_an_epoch_ends_with_the_uninterrupted_runs_losses(prepared_smoke, jax_run, tmp_path):
     run_dir = tmp_path / "run"
     common = [
@@ -109,18 +117,17 @@ def test_a_jax_run_resumed_after_an_epoch_ends_with_the_uninterrupted_runs_losse
     for epochs in (1, 2):  # the second command resumes the first's run after its epoch
         process, _, stderr = train_under("jax", *common, f"trainer.epochs={epochs}")
         assert process.returncode == 0, stderr[-3000:]
-    resumed, whole = history(run_dir), history(jax_run[0])
+    resumed, whole = history(run_dir), history(jax_run / "run")
     for key in ("loss", "val_loss"):
         assert [float(row[key]) for row in resumed] == pytest.approx([float(row[key]) for row in whole], rel=1e-5)
 
 
-@pytest.mark.slow
-def test_tensorflow_and_jax_train_to_the_same_val_loss_from_the_same_start(prepared_smoke, tmp_path):
-    """Both backends fine-tune one run's weights (`trainer.init_from`: a fresh optimizer, so the same start) for two
-    epochs on the same batches, without dropout (whose random draws differ by backend); from their own random
-    initializations, runs of this size differ more between two seeds than between backends."""
-    start = tmp_path / "start"
-    train(compose_config("data=prepared", f"data.path={prepared_smoke}", "trainer.export=false"), start)
+@pytest.mark.e2e
+def test_tensorflow_and_jax_train_to_the_same_val_loss_from_the_same_start(prepared_smoke, jax_run, tmp_path):
+    """Both backends fine-tune one run's weights (`trainer.init_from`: a fresh optimizer, so the same start; here the
+    JAX run's) for two epochs on the same batches, without dropout (whose random draws differ by backend); from their
+    own random initializations, runs of this size differ more between two seeds than between backends."""
+    start = jax_run / "run"
     same = [
         "data=prepared",
         f"data.path={prepared_smoke}",
@@ -138,7 +145,7 @@ def test_tensorflow_and_jax_train_to_the_same_val_loss_from_the_same_start(prepa
     assert jax_loss == pytest.approx(tf_loss, rel=0.02)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_pytorch_run_from_prepared_data_resumes_averages_and_beam_searches(prepared_smoke, tmp_path):
     optional("torch", 'pip install "kmt[torch]"')
     run_dir = tmp_path / "run"

@@ -75,6 +75,7 @@ def test_every_script_is_listed():
     assert runnable == set(SCRIPTS)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_help_explains_and_exits_zero(script):
     result = run_bench(script, "--help")
@@ -83,7 +84,7 @@ def test_help_explains_and_exits_zero(script):
 
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_batching_benchmark_reports_every_width():
     result = run_bench(
         "batching", "--widths", "0,1,3", "--steps", "2", "--repeats", "1", "debug=smoke", "data.download=false"
@@ -99,30 +100,7 @@ def test_batching_benchmark_reports_every_width():
     assert "| bucket width |" in result.stdout
 
 
-def test_train_throughput_streams_its_batches_without_tf_data_autotuning(monkeypatch):
-    # Each of its fits releases the stream's iterator, which with autotuning on could idle 15-17 s (common.fit_seconds).
-    monkeypatch.syspath_prepend(str(BENCH))
-    import train_throughput
-
-    batches = train_throughput.synthetic_batches(steps=2, batch_size=3, length=4, vocab_size=20, seed=0)
-    data = train_throughput.keras_dataset(batches)
-    assert data.options().autotune.enabled is False
-    streamed = [(f["source"].numpy(), f["target_in"].numpy(), target_out.numpy()) for f, target_out in data.take(3)]
-    expected = [batches[0], batches[1], batches[0]]  # repeated
-    assert all((a == b).all() for got, want in zip(streamed, expected) for a, b in zip(got, want))
-
-
-def test_hardware_tells_cpus_that_share_a_bare_name_apart(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    from common import hardware
-
-    cores = len(os.sched_getaffinity(0))
-    zen5 = "processor\t: 0\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n\nprocessor\t: 1\ncpu family\t: 9\n"
-    assert hardware(zen5) == f"{cores} x AMD EPYC (family 26, model 2)"
-    named = "cpu family\t: 6\nmodel\t\t: 143\nmodel name\t: Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz\n"
-    assert hardware(named) == f"{cores} x Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz"
-
-
+@pytest.mark.e2e
 def test_train_throughput_counts_updates_of_several_batches():
     result = run_bench(
         "train_throughput",
@@ -136,6 +114,7 @@ def test_train_throughput_counts_updates_of_several_batches():
     assert "| updates/s (4 batches) |" in result.stdout
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", ["batching", "train_throughput"])
 def test_a_step_count_below_one_is_a_one_line_usage_error(script):
     result = run_bench(script, "--steps", "0")
@@ -143,7 +122,7 @@ def test_a_step_count_below_one_is_a_one_line_usage_error(script):
     assert result.stderr.strip().splitlines()[-1].endswith("error: --steps must be positive. Received: 0")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_corpus_scale_bench_prepares_both_corpora_and_trains_from_each(tmp_path):
     result = run_bench("corpus_scale", "--pairs", "1200", "--small", "600", "--updates", "2", "--workdir", tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -156,7 +135,7 @@ def test_the_corpus_scale_bench_prepares_both_corpora_and_trains_from_each(tmp_p
     assert (tmp_path / "large" / "meta.json").is_file()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_opus_mt_bench_imports_exports_and_times_the_savedmodel_against_ctranslate2():
     pytest.importorskip("transformers", reason="the bench builds its checkpoint with transformers")
     result = run_bench("opus_mt", "--tiny", "--sentences", "2", "--repeats", "1", "--batch-sizes", "1,2")
@@ -174,6 +153,7 @@ def test_the_opus_mt_bench_imports_exports_and_times_the_savedmodel_against_ctra
     assert all(row["same_translations"] for row in decoded["speedups"] if "float32" in row["variant"])
 
 
+@pytest.mark.e2e
 def test_decode_speed_refuses_two_comparisons_at_once_in_one_line():
     result = run_bench("decode_speed", "RUN", "--against", "OTHER", "--ctranslate2")
     assert result.returncode == 2
@@ -182,16 +162,6 @@ def test_decode_speed_refuses_two_comparisons_at_once_in_one_line():
         .splitlines()[-1]
         .endswith("--against and --ctranslate2 are two different comparisons: choose one")
     )
-
-
-def test_decode_sweep_chooses_the_setting_best_on_both_halves_else_the_best_worse_half(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    from decode_sweep import choose
-
-    rows = [{"beam": 5, "halves": [40.0, 38.0]}, {"beam": 10, "halves": [41.0, 39.0]}, {"beam": 4, "halves": [39, 37]}]
-    assert choose(rows) == (rows[1], "best on both halves")
-    rows[0]["halves"] = [42.0, 36.0]  # best on the first half only: beam 10 keeps the better worse half
-    assert choose(rows) == (rows[1], "no setting is best on both halves: the best worse half")
 
 
 def _processes_in(directory):
@@ -215,7 +185,7 @@ ENDLESS = ["debug=smoke", "data.download=false", "trainer.epochs=1000", "trainer
     reason="needs the real corpora in $KMT_DATA_DIR, and Linux's /proc",
 )
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_stopping_the_multi30k_bench_stops_its_training_and_says_how_to_resume(tmp_path, signum):
     # Before: SIGTERM ended the bench and left kmt-train training, orphaned, on the cores; Ctrl-C killed kmt-train
     # before it could save. Now the bench passes the signal on, kmt-train saves and stops, the bench waits for it and
@@ -255,7 +225,7 @@ def test_stopping_the_multi30k_bench_stops_its_training_and_says_how_to_resume(t
 
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_multi30k_bench_finishes_a_resumed_run_that_had_trained_all_its_epochs(tmp_path, multi30k_head):
     # As after a kill while the bench scored or exported: resuming trains nothing and prints the run's row. Before,
     # the row's tokens/s was kmt-train's own invocation's, none, and the bench failed with a traceback.
@@ -323,24 +293,25 @@ def files_under(folder):
 
 
 RAW = [f"{stem}.{lang}" for stem in ("test_2016_flickr", "train", "val") for lang in ("de", "en")]
-TOK = [f"tok/{stem}.lc.norm.tok.{lang}" for stem in ("test_2016_flickr", "train", "val") for lang in ("de", "en")]
 
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
-def test_the_multi30k_bench_fetches_what_it_trains_on_and_scores_against_before_training(tmp_path, monkeypatch, capsys):
-    # Before, only kmt-train fetched, and only the files it trains on: the bench found no tok/ references to score
-    # against once training had ended.
+@pytest.mark.e2e
+def test_the_multi30k_bench_runs_on_a_fresh_machine_from_the_upstream_alone(tmp_path):
     url = multi30k_upstream(tmp_path / "upstream")
-    monkeypatch.setenv("KMT_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("KMT_MULTI30K_URL", url)
-    monkeypatch.syspath_prepend(str(BENCH))
-    import multi30k
-
-    folder = tmp_path / "data" / "multi30k"
-    assert multi30k.prepare_corpus(multi30k.recipe("en_de", []), "en_de", tok_data=False) == str(tmp_path / "data")
+    data = tmp_path / "data"
+    result = run_bench(
+        "multi30k", "en_de", "debug=smoke", cwd=tmp_path, env={"KMT_DATA_DIR": str(data), "KMT_MULTI30K_URL": url}
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    row = json.loads(result.stdout.strip().splitlines()[-1])
+    assert row["epochs"] == 1 and 0 <= row["tokenized_bleu"] <= 100 and 0 <= row["sacrebleu"] <= 100
+    # It fetched what it trains on and the tokenized reference it scores against, before training, and only those.
+    folder = data / "multi30k"
     assert files_under(folder) == sorted([*RAW, "tok/test_2016_flickr.lc.norm.tok.de"])
     assert all((folder / name).read_bytes() == upstream_text(url, name) for name in files_under(folder))
-    assert capsys.readouterr().out.splitlines() == [
+    fetched = [line for line in result.stdout.splitlines() if line.startswith("fetched ")]
+    assert fetched == [
         f"fetched {folder / name}"
         for name in [
             "train.en",
@@ -352,33 +323,9 @@ def test_the_multi30k_bench_fetches_what_it_trains_on_and_scores_against_before_
             "tok/test_2016_flickr.lc.norm.tok.de",
         ]
     ]
-    # --tok-data trains on the tok/ copies and still scores against the raw references: only tok/ is left to fetch.
-    cfg = multi30k.recipe("en_de", ["data.tokenized=true"])
-    multi30k.prepare_corpus(cfg, "en_de", tok_data=True)
-    assert files_under(folder) == sorted([*RAW, *TOK])
-    assert all((folder / name).read_bytes() == upstream_text(url, name) for name in files_under(folder))
-    assert len(capsys.readouterr().out.splitlines()) == 5
-    # Everything found: nothing is fetched, from an upstream that is not there.
-    monkeypatch.setenv("KMT_MULTI30K_URL", (tmp_path / "nowhere").as_uri())
-    multi30k.prepare_corpus(cfg, "en_de", tok_data=True)
-    multi30k.prepare_corpus(multi30k.recipe("en_de", []), "en_de", tok_data=False)
-    assert capsys.readouterr().out == ""
 
 
-@pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
-@pytest.mark.slow
-def test_the_multi30k_bench_runs_on_a_fresh_machine_from_the_upstream_alone(tmp_path):
-    url = multi30k_upstream(tmp_path / "upstream")
-    data = tmp_path / "data"
-    result = run_bench(
-        "multi30k", "en_de", "debug=smoke", cwd=tmp_path, env={"KMT_DATA_DIR": str(data), "KMT_MULTI30K_URL": url}
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    row = json.loads(result.stdout.strip().splitlines()[-1])
-    assert row["epochs"] == 1 and 0 <= row["tokenized_bleu"] <= 100 and 0 <= row["sacrebleu"] <= 100
-    assert files_under(data / "multi30k") == sorted([*RAW, "tok/test_2016_flickr.lc.norm.tok.de"])
-
-
+@pytest.mark.e2e
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
 @pytest.mark.parametrize(
     "flags, missing",
@@ -399,6 +346,7 @@ def test_a_reference_the_upstream_lacks_stops_the_multi30k_bench_before_training
     assert files_under(data) == ([] if flags else [f"multi30k/{name}" for name in RAW])  # no partial file either
 
 
+@pytest.mark.e2e
 def test_a_failed_training_ends_the_multi30k_bench_with_its_one_line_error(tmp_path):
     # The config is rejected before any corpus is read, so this needs no $KMT_DATA_DIR.
     result = run_bench("multi30k", "en_de", "debug=smoke", "trainer.epochs=0", timeout=300, cwd=tmp_path)
@@ -418,7 +366,7 @@ print(json.dumps(translator.translate(lines)))
 
 
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path, multi30k_head):
     prepared, run = tmp_path / "prepared", tmp_path / "run"
     # The GPU machines have JAX but no TensorFlow: here `import tensorflow` fails in `train` as it would there.
@@ -517,6 +465,7 @@ def test_the_jax_bench_trains_under_jax_and_exports_and_scores_here(tmp_path, mu
         )
 
 
+@pytest.mark.e2e
 def test_the_jax_bench_turns_bad_input_into_one_line(tmp_path):
     # kmt-prepare rejects the setting before any corpus is read, so this needs no $KMT_DATA_DIR.
     result = run_bench("multi30k_jax", "prepare", "en_de", "--out", str(tmp_path / "p"), "trainer.epochs=0")

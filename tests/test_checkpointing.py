@@ -2,7 +2,6 @@
 before the resume state says the epoch is done."""
 
 import keras
-import pytest
 
 
 def test_the_best_checkpoint_follows_the_monitor_in_its_direction(tmp_path):
@@ -31,7 +30,6 @@ def test_the_best_checkpoint_follows_the_monitor_in_its_direction(tmp_path):
     assert best_epoch(tmp_path / "ppl", "val_ppl") == {"epoch": 2, "monitor": "val_ppl", "value": 7.0}
 
 
-@pytest.mark.slow
 def test_an_epochs_checkpoint_is_written_before_the_resume_state_holds_the_epoch(smoke_run):
     # A kill between the two would resume after an epoch whose checkpoint is missing, so trainer.average_last would
     # average one checkpoint fewer than it names.

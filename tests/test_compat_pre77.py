@@ -51,7 +51,7 @@ def translate(model, vocabularies, beam_size):
     return [t.decode() for t in outputs["translation"].numpy()], outputs["score"].numpy()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_model_keras_translates_as_before(run):
     arch, directory = run
     _, vocabularies, model = load_run_keras(directory)  # a plain functional model in the file: rebuilt, its weights

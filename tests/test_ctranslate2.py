@@ -94,7 +94,7 @@ def multi30k_run(tmp_path_factory):
 
 
 @needs_ctranslate2
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_dates_run_greedy_is_kmts_token_for_token(smoke_run, tmp_path):
     cfg, vocabularies, model = load_run_model(smoke_run)
     assert not cfg.model.norm_first and cfg.model.shared_embeddings and cfg.model.tied_output
@@ -107,7 +107,7 @@ def test_dates_run_greedy_is_kmts_token_for_token(smoke_run, tmp_path):
 
 
 @needs_ctranslate2
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_multi30k_prenorm_run_greedy_is_kmts_token_for_token(multi30k_run, tmp_path):
     cfg, vocabularies, model = load_run_model(multi30k_run)
     assert cfg.model.norm_first

@@ -3,6 +3,7 @@ device with the same global batch; and every mode runs the whole command a user 
 two logical CPU devices; JAX: two host devices, or two worker processes on 127.0.0.1), killed by SIGKILL after its
 first epoch and run again: it resumes, averages its last checkpoints, scores, exports, and the export translates."""
 
+import contextlib
 import csv
 import json
 import os
@@ -17,8 +18,6 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import run_cli
-
-pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 400  # seconds any process here may take
@@ -38,22 +37,28 @@ def steps_apart(backend, prepared, work, **env):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.e2e
 def test_tensorflow_mirrored_on_two_cpu_devices_steps_as_one_device(prepared_smoke, tmp_path):
     figures = steps_apart("tensorflow", prepared_smoke, tmp_path)
     assert figures["moved"] > 1e-2  # the steps changed the weights, so their agreement means something
     assert figures["max_difference"] < 1e-4
 
 
+@pytest.mark.e2e
 def test_jax_data_parallel_on_two_host_devices_steps_as_one_device(prepared_smoke, tmp_path):
     figures = steps_apart("jax", prepared_smoke, tmp_path, XLA_FLAGS="--xla_force_host_platform_device_count=2")
     assert figures["moved"] > 1e-2
     assert figures["max_difference"] < 1e-4
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@contextlib.contextmanager
+def reserved_port():
+    """A port of 127.0.0.1 that the OS chose, held bound (SO_REUSEPORT, not listening) until the block ends, so that
+    no other socket takes it while the coordinator, whose gRPC server also binds with SO_REUSEPORT, starts on it."""
+    with socket.socket() as reservation:
+        reservation.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        reservation.bind(("127.0.0.1", 0))
+        yield reservation.getsockname()[1]
 
 
 def train_command(run_dir, prepared, *overrides):
@@ -81,13 +86,14 @@ def start(command, log, **env):
         return subprocess.Popen(command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
 
 
-def start_workers(run_dir, prepared, logs):
-    """Two JAX processes of one multi_worker run on 127.0.0.1, the same command line but for their process id."""
+def start_workers(run_dir, prepared, logs, port):
+    """Two JAX processes of one multi_worker run on 127.0.0.1:`port`, the same command line but for their process
+    id."""
     command = train_command(
         run_dir,
         prepared,
         "trainer.distribute=multi_worker",
-        f"trainer.coordinator=127.0.0.1:{free_port()}",
+        f"trainer.coordinator=127.0.0.1:{port}",
         "trainer.num_processes=2",
     )
     return [
@@ -153,6 +159,7 @@ def check_the_whole_run(run_dir, log, prepared):
     assert len(translations) == len(sources) and all(line.strip() for line in translations), translations
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("backend", ["tensorflow", "jax"])
 def test_mirrored_on_two_devices_runs_the_whole_command_and_resumes_after_a_kill(backend, prepared_smoke, tmp_path):
     run_dir, log = tmp_path / "run", tmp_path / "train.log"
@@ -171,13 +178,14 @@ def test_mirrored_on_two_devices_runs_the_whole_command_and_resumes_after_a_kill
     check_the_whole_run(run_dir, text, prepared_smoke)
 
 
+@pytest.mark.e2e
 def test_two_workers_train_one_model_that_only_the_chief_writes_and_after_a_kill_resume_every_epoch_once(
     prepared_smoke, tmp_path
 ):
     run_dir, logs = tmp_path / "run", [tmp_path / "worker0.log", tmp_path / "worker1.log"]
-    kill_after_first_epoch(start_workers(run_dir, prepared_smoke, tmp_path)[::-1], run_dir, logs[0])
-
-    texts = finish(start_workers(run_dir, prepared_smoke, tmp_path), logs)
+    with reserved_port() as port:
+        kill_after_first_epoch(start_workers(run_dir, prepared_smoke, tmp_path, port)[::-1], run_dir, logs[0])
+        texts = finish(start_workers(run_dir, prepared_smoke, tmp_path, port), logs)
     check_the_whole_run(run_dir, texts[0], prepared_smoke)
     chief, worker = fingerprints(texts)
     assert chief == worker
@@ -187,6 +195,7 @@ def test_two_workers_train_one_model_that_only_the_chief_writes_and_after_a_kill
     assert "this is process 1" in texts[1] and "val: loss" not in texts[1]  # it scores nothing either
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "backend, overrides, message",
     [

@@ -26,6 +26,7 @@ def test_mkdocs_builds_strictly(tmp_path):
         capture_output=True,
         text=True,
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (site / "index.html").is_file()
@@ -153,6 +154,8 @@ def test_what_the_readme_writes_in_a_checkout_is_ignored_by_git():
         | {"runs/dates/2026-01-01_12-00-00"}
     )  # kmt-train's own
     assert any(path.startswith("prepared/") for path in paths), paths
-    result = subprocess.run(["git", "check-ignore", "--no-index", *paths], cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run(
+        ["git", "check-ignore", "--no-index", *paths], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     missed = set(paths) - set(result.stdout.split())
     assert not missed, f"paths the README's commands write that .gitignore does not ignore: {sorted(missed)}"

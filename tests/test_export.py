@@ -56,6 +56,7 @@ def _reload_and_translate(export_dir, sentences):
         capture_output=True,
         text=True,
         env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"},
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -128,7 +129,7 @@ def test_score_signature_is_forced_decoding_of_the_tokenized_pairs(translator, m
     assert (scores[scorable] < 0).all()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_fresh_process_reload_matches_in_process(translator, tmp_path):
     translator, model = translator
     size = export_translator(translator, tmp_path / "export")
@@ -153,6 +154,7 @@ def test_saved_model_cli_lists_the_string_signatures(translator, tmp_path):
         capture_output=True,
         text=True,
         env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"},
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     for signature in ("translate", "serving_default"):
@@ -183,7 +185,7 @@ def texts(module, sentences):
     return [t.decode("utf-8") for t in module.translate(text=tf.constant(sentences))["translation"].numpy()]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_an_ensemble_export_decodes_and_scores_with_every_model(model_and_vocabularies, tmp_path):
     """A SavedModel of two models: it holds both models' weights, translates as `search_ids` does over the
     ensemble (in process and after a reload in a fresh process) and scores as `score_ids` does."""

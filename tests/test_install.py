@@ -29,6 +29,7 @@ def _working_tree():
         cwd=ROOT,
         capture_output=True,
         check=True,
+        timeout=600,
     ).stdout.decode()
     return sorted(name for name in listed.split("\0") if name and (ROOT / name).is_file())
 
@@ -73,7 +74,7 @@ def _pip_install(python, target, cwd, env):
     )
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_wheel_installs_and_trains_from_an_empty_directory(tmp_path):
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env |= {"TF_CPP_MIN_LOG_LEVEL": "3", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}

@@ -97,6 +97,7 @@ def test_cached_and_uncached_search_agree(batch):
         np.testing.assert_allclose(ops.convert_to_numpy(cached[1]), ops.convert_to_numpy(uncached[1]), atol=1e-4)
 
 
+@pytest.mark.e2e
 def test_saved_model_reloads_in_a_fresh_process(tmp_path, batch):
     model = LSTM(**TINY)
     path, inputs_path = tmp_path / "m.keras", tmp_path / "batch.npz"
@@ -120,6 +121,7 @@ def test_saved_model_reloads_in_a_fresh_process(tmp_path, batch):
         [sys.executable, "-c", script, str(path), str(inputs_path), str(out_path)],
         check=True,
         env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"},
+        timeout=600,
     )
     loaded = np.load(out_path)
     np.testing.assert_allclose(loaded["logits"], expected, atol=1e-6)
@@ -149,7 +151,7 @@ def test_model_learns_a_copy_task():
     assert (tokens[:, :7] == labels).all(axis=1).mean() >= 0.75
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_kmt_train_model_lstm_trains_exports_and_translates(tmp_path):
     """`kmt-train model=lstm` trains and exports; `kmt-export` rebuilds the model from the run's config.yaml
     (here averaging its two epochs, with beam search) and both SavedModels translate."""

@@ -113,7 +113,7 @@ def test_greedy_outputs_equal_generate(imported):
     assert sum(map(len, expected)) > 4 * len(SOURCES)  # long outputs: many steps agree, not just the first
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_ctranslate2_export_gives_the_savedmodels_greedy_outputs(imported):
     import kmt
 
@@ -129,7 +129,7 @@ def test_ctranslate2_export_gives_the_savedmodels_greedy_outputs(imported):
     assert all(saved_model) and kmt.load(run / "export").translate([""]) == [""]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_an_imported_model_fine_tunes_exports_translates_and_serves(imported, tmp_path):
     from tests.test_serve import Server
 

@@ -143,6 +143,7 @@ def test_saved_model_reloads_in_a_fresh_process(tmp_path, batch):
         [sys.executable, "-c", script, str(path), str(inputs_path), str(out_path)],
         check=True,
         env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"},
+        timeout=600,
     )
     np.testing.assert_allclose(np.load(out_path), expected, atol=1e-6)
 

@@ -23,7 +23,7 @@ def test_the_registry_names_kmts_architectures_and_refuses_others():
         model_class("gru")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_registered_toy_architecture_trains_decodes_and_exports(tmp_path):
     if keras.backend.backend() != "tensorflow":
         pytest.skip("the export needs the TensorFlow backend")

@@ -42,7 +42,7 @@ def test_the_guide_is_python():
     compile(guide_script(), str(GUIDE), "exec")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_guide_runs_as_written(tmp_path):
     work = tmp_path / "work"
     work.mkdir()

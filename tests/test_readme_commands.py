@@ -75,7 +75,7 @@ def shims(directory):
     return scripts
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_pages_commands_run_as_written(smoke_run, tmp_path, monkeypatch):
     lines = list(dict.fromkeys(line for page in PAGES for line in commands(page)))  # each once, in order
     scripts = shims(tmp_path / "bin")
@@ -101,7 +101,7 @@ def test_the_pages_commands_run_as_written(smoke_run, tmp_path, monkeypatch):
         script = "set -euo pipefail\n" + "\n".join(assignments) + "\n"
         if program(line) in TRAINS:  # what the command checks before it trains, here in this process
             words = f'set -- {line.split(program(line), 1)[1]}; for a; do printf "%s\\0" "$a"; done'  # as bash splits
-            split = subprocess.run(["bash", "-c", script + words], capture_output=True, text=True)
+            split = subprocess.run(["bash", "-c", script + words], capture_output=True, text=True, timeout=600)
             if split.returncode != 0:
                 failures.append(f"{line}: bash cannot read it: {split.stderr.strip()}")
                 continue

@@ -10,14 +10,13 @@ from kmt.errors import KmtError
 from kmt.training import train
 from tests.helpers import compose_config
 
-pytestmark = pytest.mark.slow
-
 
 def _history(run_dir):
     with open(run_dir / "logs" / "history.csv") as f:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.e2e
 def test_a_resumed_accumulating_run_continues_at_the_same_update(tmp_path, caplog):
     caplog.set_level("INFO")
     accumulating = ["optim.gradient_accumulation_steps=2", "trainer.export=false"]

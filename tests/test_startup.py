@@ -44,9 +44,13 @@ def test_a_command_running_tensorflow_prints_nothing():
     script = "import kmt.cli, tensorflow as tf; print(int(tf.constant(1) + 1))"
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"} | {"KERAS_BACKEND": "tensorflow"}
     shown = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env | {"TF_CPP_MIN_LOG_LEVEL": "0"}
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env | {"TF_CPP_MIN_LOG_LEVEL": "0"},
+        timeout=600,
     )
-    quiet = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    quiet = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
     assert shown.returncode == quiet.returncode == 0 and shown.stdout == quiet.stdout == "2\n"
     assert any(_STARTUP_NOISE.match(line) for line in shown.stderr.splitlines()), shown.stderr
     assert quiet.stderr == ""
@@ -61,7 +65,7 @@ def test_importing_kmt_changes_nothing_and_importing_its_layers_registers_them()
         "import keras, kmt.layers; print(keras.saving.get_registered_object('kmt>MultiHeadAttention').__name__)"
     )
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0 and result.stdout == "True False\nMultiHeadAttention\n", result.stdout + result.stderr
 
 
@@ -72,7 +76,7 @@ def test_importing_kmt_and_its_serving_and_translating_modules_imports_neither_k
         "import sys, kmt, kmt.cli.serve, kmt.cli.translate, kmt.serving.app, kmt.inference.ctranslate2; "
         "print(' '.join(sorted({'keras', 'tensorflow', 'matplotlib', 'jax'} & set(sys.modules))))"
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and result.stdout == "\n", result.stdout + result.stderr
 
 
@@ -86,7 +90,11 @@ def test_a_commands_keras_import_leaves_out_what_kmt_does_not_use_and_the_plots_
     env = os.environ | {"KERAS_HOME": str(tmp_path)}  # no keras.json there: KERAS_BACKEND alone decides
     for backend, deferred_left in [("tensorflow", ""), ("jax", "jax scipy")]:
         result = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, env=env | {"KERAS_BACKEND": backend}
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            env=env | {"KERAS_BACKEND": backend},
+            timeout=600,
         )
         assert result.returncode == 0, result.stderr[-2000:]
         assert result.stdout.splitlines() == [deferred_left, f"{backend} 2"], result.stdout

@@ -72,7 +72,7 @@ def _trainer_pid(job_dir):
     return int((job_dir / ".lock").read_text())  # RunLock writes the pid of the process that trains the run
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("launcher", ["parallel", "slurm_local"])  # joblib's processes; submitit's local executor
 def test_each_job_trains_in_a_process_of_its_own_and_the_sweep_gets_one_summary(tmp_path, launcher):
     status, output, launcher_pid = _train(
@@ -97,7 +97,7 @@ def test_each_job_trains_in_a_process_of_its_own_and_the_sweep_gets_one_summary(
     assert [dict(zip(header, row))["test.bleu_signature"] for row in cells] == [r["test.bleu_signature"] for r in rows]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_optuna_search_writes_its_best_parameters_and_the_summary(tmp_path):
     # The recipes' search file, 3 trials at smoke size; Hydra's basic launcher runs them one after another in the
     # launching process, so FreeMemory runs after each.
@@ -147,7 +147,7 @@ def test_free_memory_starts_keras_afresh_after_a_job():
     assert keras.layers.Dense(1).name == "dense"  # Keras's global state (names, dtype policy) starts over
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "choice, plugin, line",
     [

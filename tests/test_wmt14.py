@@ -218,7 +218,7 @@ def test_the_override_data_train_takes_a_list_and_leaves_the_other_forms_alone()
     ]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_kmt_train_on_two_weighted_corpora_logs_what_each_contributed_and_exports(tmp_path):
     news, web, val = (
         write_side_files(tmp_path, name, count) for name, count in [("news", 40), ("web", 30), ("dev", 8)]
@@ -313,6 +313,7 @@ def test_kmt_prepare_refuses_an_archive_with_the_wrong_checksum_in_one_line(tmp_
     assert last.startswith(f"error: {url}/training-parallel-europarl-v7.tgz: sha256 ") and "by hand" in last
 
 
+@pytest.mark.e2e
 def test_the_base_recipe_runs_end_to_end_on_the_mirror(tmp_path, mirror, monkeypatch):
     """experiment=wmt14_en_de_base debug=smoke: fetch, clean, prepare, train by updates with checkpoints inside the
     epochs, average the last two, export and score the test set."""
