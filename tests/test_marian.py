@@ -31,12 +31,14 @@ LIMIT = 16  # greedy outputs compared: random models seldom end, so this many to
 
 @pytest.fixture(scope="module", params=["tied", "untied"])
 def imported(request, tmp_path_factory):
-    """`(hf_model, checkpoint_dir, run_dir)`: a random MarianMT checkpoint and its kmt-import."""
+    """`(hf_model, checkpoint_dir, run_dir)`: a random MarianMT checkpoint and its import (in this process, as
+    kmt-import's main does; the command itself runs in test_a_hub_id_that_cannot_be_downloaded... and the e2e
+    fine-tuning test)."""
+    from kmt.importers.marian import import_marian
+
     base = tmp_path_factory.mktemp(request.param)
     reference = make_checkpoint(base / "hf", tied=request.param == "tied")
-    result = run_cli("importer", base / "hf", "--output", base / "run")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip() == f"imported {base / 'hf'} to {base / 'run'}"
+    assert import_marian(str(base / "hf"), base / "run") == base / "run"
     return reference, base / "hf", base / "run"
 
 
@@ -114,12 +116,16 @@ def test_greedy_outputs_equal_generate(imported):
 
 
 @pytest.mark.e2e
-def test_ctranslate2_export_gives_the_savedmodels_greedy_outputs(imported):
+def test_kmt_import_then_kmt_export_as_a_savedmodel_and_ctranslate2_give_the_same_greedy_outputs(imported, tmp_path):
     import kmt
 
-    reference, _, run = imported
+    reference, checkpoint, _ = imported
     if not reference.config.tie_word_embeddings:
         pytest.skip("one output layout is enough for the exports")
+    run = tmp_path / "run"
+    result = run_cli("importer", checkpoint, "--output", run)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == f"imported {checkpoint} to {run}"
     for format_args in ((), ("--format", "ctranslate2")):
         result = run_cli("export", run, "--beam-size", "1", *format_args)
         assert result.returncode == 0, result.stderr[-3000:]

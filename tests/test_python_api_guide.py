@@ -4,7 +4,9 @@ The script runs with a temporary directory as its working directory (the guide's
 KMT_DATA_DIR set (the environment's, else a temporary one), importing this checkout's kmt whatever the environment
 installed. It trains a smoke run, translates, exports and evaluates, all without a command."""
 
+import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,10 +45,26 @@ def test_the_guide_is_python():
 
 
 @pytest.mark.e2e
-def test_the_guide_runs_as_written(tmp_path):
+def test_the_guide_runs_as_written_and_prints_what_it_says(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     data_dir = os.environ.get("KMT_DATA_DIR") or tmp_path / "data"
     result = run_script(guide_script(), work, data_dir)
     assert result.returncode == 0, f"docs/python-api.md's code exits {result.returncode}:\n{result.stderr[-3000:]}"
     assert (work / "runs" / "api").is_dir(), "the guide trained no run into runs/api"
+    lines = result.stdout.splitlines()
+    assert len(lines) == 6, result.stdout
+
+    # kmt.train's metrics: the val BLEU, in range, and where the export went.
+    bleu, export = lines[0].split(" ", 1)
+    assert 0 <= float(bleu) <= 100 and (work / export / "saved_model.pb").is_file(), lines[0]
+    # kmt.load(...).translate: a list of one translation, as Python prints it.
+    for line in (lines[1], lines[4]):
+        translations = ast.literal_eval(line)
+        assert isinstance(translations, list) and len(translations) == 1 and isinstance(translations[0], str), line
+    # nbest=2: two hypotheses, best first, each a log-probability score and a text.
+    scores = [float(line.split("  ", 1)[0]) for line in lines[2:4]]
+    assert all(score <= 0 for score in scores) and scores == sorted(scores, reverse=True), lines[2:4]
+    # kmt.evaluate: BLEU, chrF and exact match, each in its range.
+    scored = re.fullmatch(r"BLEU ([\d.]+), chrF ([\d.]+), exact match (\d+)%", lines[5])
+    assert scored and all(0 <= float(value) <= 100 for value in scored.groups()), lines[5]

@@ -75,19 +75,22 @@ def _truncate(path):
     return path
 
 
-def _one_line_error(result):
-    assert result.returncode == 2, result.stderr[-3000:]
-    lines = result.stderr.strip().splitlines()
-    assert lines[-1].startswith("error: ") and "Traceback" not in result.stderr, result.stderr[-3000:]
+def _one_line_error(status, stdout, stderr):
+    """The one `error: ` line of a refused `kmt-train` (`helpers.train_main`)."""
+    assert status == 2, stderr[-3000:]
+    lines = stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and "Traceback" not in stderr, stderr[-3000:]
     return lines[-1]
 
 
-def test_a_truncated_checkpoint_is_named_with_the_way_out(smoke_run, tmp_path):
-    from tests.helpers import run_cli
+def test_a_truncated_checkpoint_is_named_with_the_way_out(smoke_run, tmp_path, capsys):
+    from kmt.cli import export
+    from tests.helpers import refused
 
     run = _copy_run(smoke_run, tmp_path)
     path = _truncate(run / "checkpoints" / "epoch_002.weights.h5")
-    line = _one_line_error(run_cli("export", run, "--checkpoint", path, "--output", tmp_path / "export"))
+    status, line = refused(capsys, export.main, run, "--checkpoint", path, "--output", tmp_path / "export")
+    assert status == 2
     assert f"{path} is unreadable (truncated or corrupt" in line and "--checkpoint best" in line
     assert not (tmp_path / "export").exists()
 
@@ -106,13 +109,15 @@ def test_truncated_averaged_weights_say_to_average_again(smoke_run, tmp_path):
         load_run_model(run, path)
 
 
-def test_a_truncated_resume_backup_refuses_with_the_command_that_starts_from_an_epoch(smoke_run, tmp_path):
-    from tests.helpers import run_cli
+def test_a_truncated_resume_backup_refuses_with_the_command_that_starts_from_an_epoch(
+    smoke_run, tmp_path, monkeypatch, capsys
+):
+    from tests.helpers import train_main
 
     run = _copy_run(smoke_run, tmp_path)
     backup = _truncate(run / "checkpoints" / "backup" / "latest.weights.h5")
     _truncate(run / "checkpoints" / "epoch_002.weights.h5")  # the newest epoch does not read either
-    line = _one_line_error(run_cli("train", "debug=smoke", "trainer.epochs=3", f"hydra.run.dir={run}"))
+    line = _one_line_error(*train_main(monkeypatch, capsys, "debug=smoke", "trainer.epochs=3", f"hydra.run.dir={run}"))
     assert f"{backup} is unreadable (truncated or corrupt" in line
     assert f"trainer.init_from={run / 'checkpoints' / 'epoch_001.weights.h5'} and a new hydra.run.dir" in line
 
@@ -177,11 +182,11 @@ def test_corrupt_metrics_are_named_and_a_sweep_counts_the_job_failed(smoke_run, 
     assert f"{run.metrics} is unreadable" in caplog.text
 
 
-def test_a_run_directory_that_cannot_be_made_is_one_line(tmp_path):
-    from tests.helpers import run_cli
+def test_a_run_directory_that_cannot_be_made_is_one_line(tmp_path, monkeypatch, capsys):
+    from tests.helpers import train_main
 
     file = tmp_path / "a_file"
     file.write_text("")
-    line = _one_line_error(run_cli("train", "debug=smoke", f"hydra.run.dir={file}/run"))
+    line = _one_line_error(*train_main(monkeypatch, capsys, "debug=smoke", f"hydra.run.dir={file}/run"))
     assert line == (f"error: cannot create {file}/run: {file} is a file, not a directory; choose another hydra.run.dir")
     assert file.read_text() == ""
