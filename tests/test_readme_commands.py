@@ -29,7 +29,7 @@ TRAINS = ("kmt-train", "kmt-prepare")  # validated, not run
 # command fails the test, so the table follows the pages.
 NOT_RUN = {
     r"python3\.11 -m venv .*": "the install",
-    r"python -m pytest": "the test suite itself",
+    r"python -m pytest( -m e2e)?": "the test suite itself",
     r"kmt-serve .*": "a server, running until stopped (tests/test_serve.py runs it)",
     r"kmt-import Helsinki-NLP/.*": "downloads from the hub (tests/test_marian.py imports a local checkpoint)",
     r"curl .*": "asks the kmt-serve above",
