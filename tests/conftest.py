@@ -15,10 +15,14 @@ from tests.helpers import shared_once  # noqa: E402
 OPTIONAL = "an optional dependency"  # in the reason of every skip for a missing optional package (helpers.optional)
 
 
+SHARED_RUNS = {"smoke_run", "prepared_smoke", "jax_run"}  # session fixtures built once for all workers
+
+
 def pytest_collection_modifyitems(config, items):
-    """The end-to-end tests first, in their order, then the rest: the long runs start early and the short tests fill
-    the workers' last minutes."""
-    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
+    """The end-to-end tests first, then those that read a shared run, then the rest, each in their order: the long
+    runs start early, and pytest-xdist's worksteal, which deals each worker a contiguous share to begin with, has the
+    first worker build the shared runs while the others start on tests that need none."""
+    items.sort(key=lambda item: (item.get_closest_marker("e2e") is None, not SHARED_RUNS & set(item.fixturenames)))
 
 
 def _fail_optional_skips(report):
