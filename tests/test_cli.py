@@ -1,4 +1,9 @@
-"""The console scripts on a real (smoke) run: kmt-translate, kmt-evaluate, kmt-export."""
+"""The console scripts on a real (smoke) run: kmt-translate, kmt-evaluate, kmt-export, kmt-score and the others.
+
+Most tests call a script's `main([...])` in the test process. A fresh process runs once for each script (the
+`run_cli` calls here; kmt-train's and kmt-prepare's are the `smoke_run` and `prepared_smoke` fixtures, kmt-serve's
+is in test_serve.py) and where only a process shows the behaviour: a terminal, a reader that leaves, native logs.
+"""
 
 import json
 import math
@@ -12,18 +17,34 @@ import sys
 
 import pytest
 
-from tests.helpers import refused, run_cli
-
-pytestmark = pytest.mark.slow
+from tests.helpers import compose_config, refused, run_cli
 
 
-def test_translate_keeps_lines_aligned(smoke_run):
+def _called(capsys, main, *args):
+    """A console script's `main(args)` in the test process: `(exit status, stdout, stderr)`."""
+    try:
+        main([str(arg) for arg in args])
+        status = 0
+    except SystemExit as stopped:
+        status = stopped.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def _translated(export, lines, *args, path=None):
+    """kmt-translate's output lines for the input `lines`, from `main([...])` in the test process, reading and
+    writing files (`path`.in and `path`.out) so that its stdin and stdout stay the test's."""
+    from kmt.cli import translate
+
+    source, output = path.with_suffix(".in"), path.with_suffix(".out")
+    source.write_bytes("".join(f"{line}\n" for line in lines).encode())
+    translate.main([str(export), "--input", str(source), "--output", str(output), *map(str, args)])
+    return output.read_bytes().decode().split("\n")[:-1]
+
+
+def test_translate_keeps_lines_aligned(smoke_run, tmp_path):
     lines = ["Tuesday, March 5, 1996", "", "   ", "5 june 2001", "z" * 10_000, "😀"] + ["1 May 1990"] * 100
-    result = run_cli(
-        "translate", smoke_run / "export", "--batch-size", "4", "--buffer-size", "7", input="\n".join(lines) + "\n"
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    outputs = result.stdout.split("\n")[:-1]
+    outputs = _translated(smoke_run / "export", lines, "--batch-size", "4", "--buffer-size", "7", path=tmp_path / "t")
     assert len(outputs) == len(lines)
     assert outputs[1] == "" and outputs[2] == ""
     assert len(set(outputs[6:])) == 1  # the same sentence gets the same translation in any batch and buffer
@@ -82,35 +103,55 @@ def test_translate_stops_quietly_when_its_reader_leaves(smoke_run, tmp_path):
     assert b"Traceback" not in process.stderr.read()
 
 
-def test_train_help_explains_groups_values_and_data_dir():
-    result = run_cli("train", "--help")
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "Config groups (pick one with group=option):" in result.stdout
-    assert "experiment: multi30k_de_en, multi30k_en_de" in result.stdout
-    assert "\ndata: dates, multi30k, parallel, prepared, spa_eng, wmt14_en_de\n" in result.stdout  # options only
-    assert "\nmodel: base, big, lstm, narrow, small, tiny\n" in result.stdout and "trainer: default\n" in result.stdout
-    assert "  sampling_topk: 1" in result.stdout and "  init_from: ''" in result.stdout
-    assert "Corpora are read from $KMT_DATA_DIR" in result.stdout
+def test_train_help_explains_groups_values_and_data_dir(monkeypatch, capsys):
+    from hydra.core.global_hydra import GlobalHydra
+
+    from kmt.cli import train
+
+    # Hydra's main reads the command line itself. hydra/hydra_logging=none: Hydra leaves the logging of the test
+    # process (pytest's capture) as it is.
+    monkeypatch.setattr(sys, "argv", ["kmt-train", "--help", "hydra/hydra_logging=none"])
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            train.main()
+    finally:
+        GlobalHydra.instance().clear()  # what Hydra's main leaves initialized, for the next compose in this process
+    out = capsys.readouterr().out
+    assert stopped.value.code == 0
+    assert "Config groups (pick one with group=option):" in out
+    assert "experiment: multi30k_de_en, multi30k_en_de" in out
+    assert "\ndata: dates, multi30k, parallel, prepared, spa_eng, wmt14_en_de\n" in out  # options only
+    assert "\nmodel: base, big, lstm, narrow, small, tiny\n" in out and "trainer: default\n" in out
+    assert "  sampling_topk: 1" in out and "  init_from: ''" in out
+    assert "Corpora are read from $KMT_DATA_DIR" in out
 
 
-def test_translate_refuses_to_write_over_its_input(tmp_path):
+def test_translate_refuses_to_write_over_its_input(tmp_path, capsys):
+    from kmt.cli import translate
+
     (tmp_path / "in.txt").write_text("Tuesday, March 5, 1996\n")
-    result = run_cli("translate", tmp_path, "--input", tmp_path / "in.txt", "--output", tmp_path / "." / "in.txt")
-    assert result.returncode == 2 and "is the --input file" in result.stderr.strip().splitlines()[-1]
+    status, line = refused(
+        capsys, translate.main, tmp_path, "--input", tmp_path / "in.txt", "--output", tmp_path / "." / "in.txt"
+    )
+    assert status == 2 and "is the --input file" in line
     assert (tmp_path / "in.txt").read_text() == "Tuesday, March 5, 1996\n"
 
 
-def test_translate_rejects_a_directory_that_is_not_an_export(tmp_path):
-    result = run_cli("translate", tmp_path, input="hello\n")
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1].startswith("error: ") and "saved_model.pb" in result.stderr
+def test_translate_rejects_a_directory_that_is_not_an_export(tmp_path, capsys):
+    from kmt.cli import translate
+
+    status, _, err = _called(capsys, translate.main, tmp_path)
+    assert status == 2
+    assert err.strip().splitlines()[-1].startswith("error: ") and "saved_model.pb" in err
 
 
-def test_evaluate_prints_sacrebleu_scores_with_signatures(smoke_run, tmp_path):
+def test_evaluate_prints_sacrebleu_scores_with_signatures(smoke_run, tmp_path, capsys):
+    from kmt.cli import evaluate
+
     source, reference = tmp_path / "test.src", tmp_path / "test.tgt"
     source.write_text("Tuesday, March 5, 1996\n5 june 2001\n")
     reference.write_text("1996-03-05\n2001-06-05\n")
-    result = run_cli(
+    result = run_cli(  # kmt-evaluate's one run in a process of its own
         "evaluate",
         smoke_run / "export",
         "--source",
@@ -128,12 +169,13 @@ def test_evaluate_prints_sacrebleu_scores_with_signatures(smoke_run, tmp_path):
     assert scores["sentences"] == 2 and 0 <= scores["bleu"] <= 100 and 0 <= scores["chrf"] <= 100
     assert scores["bleu_signature"].startswith("nrefs:1|case:mixed") and "tok:13a" in scores["bleu_signature"]
     assert "tok:none" in scores["tokenized_bleu_signature"]
-    text = run_cli("evaluate", smoke_run / "export", "--source", source, "--reference", reference)
-    assert text.returncode == 0 and "BLEU = " in text.stdout and "chrF = " in text.stdout
-    assert "hyp/ref length" in text.stdout and scores["length_ratio"] > 0
+    status, text, _ = _called(capsys, evaluate.main, smoke_run / "export", "--source", source, "--reference", reference)
+    assert status == 0 and "BLEU = " in text and "chrF = " in text
+    assert "hyp/ref length" in text and scores["length_ratio"] > 0
 
 
-def test_evaluate_compares_systems_with_paired_bootstrap(smoke_run, tmp_path):
+def test_evaluate_compares_systems_with_paired_bootstrap(smoke_run, tmp_path, capsys):
+    from kmt.cli import evaluate
     from kmt.data.dates import generate_date_pairs
 
     pairs = generate_date_pairs(60, seed=7)
@@ -141,22 +183,18 @@ def test_evaluate_compares_systems_with_paired_bootstrap(smoke_run, tmp_path):
     source.write_text("".join(f"{s}\n" for s, _ in pairs))
     reference.write_text("".join(f"{t}\n" for _, t in pairs))
     perfect.write_text(reference.read_text())
-    result = run_cli(
-        "evaluate", smoke_run / "export", "--source", source, "--reference", reference, "--compare", perfect, "--json"
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    scores = json.loads(result.stdout.strip().splitlines()[-1])
+    files = ["--source", source, "--reference", reference]
+    status, out, err = _called(capsys, evaluate.main, smoke_run / "export", *files, "--compare", perfect, "--json")
+    assert status == 0, err[-2000:]
+    scores = json.loads(out.strip().splitlines()[-1])
     baseline, best = scores["compare"][str(smoke_run / "export")], scores["compare"][str(perfect)]
     assert baseline["bleu"]["score"] == pytest.approx(scores["bleu"]) and baseline["bleu"]["p"] is None
     assert best["bleu"]["score"] == pytest.approx(100.0) and best["chrf"]["p"] < 0.01
     assert "bs:1000" in scores["compare_signatures"]["bleu"]
     short = tmp_path / "short.txt"
     short.write_text("1996-03-05\n")
-    mismatched = run_cli(
-        "evaluate", smoke_run / "export", "--source", source, "--reference", reference, "--compare", short
-    )
-    assert mismatched.returncode == 2
-    assert mismatched.stderr.strip().splitlines()[-1] == f"error: {short} has 1 lines but {source} has 60"
+    status, line = refused(capsys, evaluate.main, smoke_run / "export", *files, "--compare", short)
+    assert (status, line) == (2, f"error: {short} has 1 lines but {source} has 60")
 
 
 def test_evaluate_tokenizes_references_that_have_no_tokenized_copy(smoke_run, tmp_path, capsys):
@@ -165,33 +203,12 @@ def test_evaluate_tokenizes_references_that_have_no_tokenized_copy(smoke_run, tm
     source, reference = tmp_path / "test.source.txt", tmp_path / "test.target.txt"
     source.write_text("Tuesday, March 5, 1996\n5 june 2001\n")
     reference.write_text("A Dog, Running.\nDon't stop: it's 5 o'clock!\n")
-    status, line = refused(
-        capsys,
-        evaluate.main,
-        smoke_run / "export",
-        "--source",
-        source,
-        "--reference",
-        reference,
-        "--tokenize-reference",
-    )
+    files = [smoke_run / "export", "--source", source, "--reference", reference, "--tokenize-reference"]
+    status, line = refused(capsys, evaluate.main, *files)
     assert status == 2 and line.startswith("error: cannot tell the target language") and "--lang" in line
-    result = run_cli(
-        "evaluate",
-        smoke_run / "export",
-        "--source",
-        source,
-        "--reference",
-        reference,
-        "--tokenize-reference",
-        "--lang",
-        "en",
-        "--compare",
-        reference,
-        "--json",
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    scores = json.loads(result.stdout.strip().splitlines()[-1])
+    status, out, err = _called(capsys, evaluate.main, *files, "--lang", "en", "--compare", reference, "--json")
+    assert status == 0, err[-2000:]
+    scores = json.loads(out.strip().splitlines()[-1])
     assert "tok:none" in scores["tokenized_bleu_signature"] and scores["tokenized_bleu"] < 50
     # The reference itself, lowercased and tokenized as the references were, matches them exactly.
     assert scores["compare"][str(reference)]["tokenized_bleu"]["score"] == pytest.approx(100.0)
@@ -221,20 +238,27 @@ def test_evaluate_needs_the_target_language_for_tokenized_bleu(tmp_path, capsys)
     assert status == 2 and line.startswith("error: --lang english: Moses has no tokenization rules") and " en," in line
 
 
-def test_evaluate_rejects_mismatched_files(smoke_run, tmp_path):
+def test_evaluate_rejects_mismatched_files(smoke_run, tmp_path, capsys):
+    from kmt.cli import evaluate
+
     (tmp_path / "a").write_text("one\ntwo\n")
     (tmp_path / "b").write_text("eins\n")
-    result = run_cli("evaluate", smoke_run / "export", "--source", tmp_path / "a", "--reference", tmp_path / "b")
-    assert result.returncode == 2 and "has 2 lines but" in result.stderr.strip().splitlines()[-1]
+    status, line = refused(
+        capsys, evaluate.main, smoke_run / "export", "--source", tmp_path / "a", "--reference", tmp_path / "b"
+    )
+    assert status == 2 and "has 2 lines but" in line
 
 
 def test_export_rebuilds_from_a_checkpoint(smoke_run, tmp_path, capsys):
-    from kmt.cli import export
+    from kmt.cli import export, translate
 
-    result = run_cli("export", smoke_run, "--checkpoint", "best", "--output", tmp_path / "best", "--beam-size", "2")
-    assert result.returncode == 0, result.stderr[-2000:]
+    status, out, err = _called(
+        capsys, export.main, smoke_run, "--checkpoint", "best", "--output", tmp_path / "best", "--beam-size", "2"
+    )
+    assert status == 0, err[-2000:]
+    assert out.splitlines()[-1] == f"exported best to {tmp_path / 'best'}"
     assert (tmp_path / "best" / "saved_model.pb").exists()
-    translated = run_cli(
+    translated = run_cli(  # kmt-translate as a user runs it: its stdout, and its stderr at kmt's native log level
         "translate", tmp_path / "best", "--nbest", "2", "--scores", input="Tuesday, March 5, 1996\n\n", native_logs=True
     )
     assert translated.returncode == 0, translated.stderr[-2000:]
@@ -242,47 +266,42 @@ def test_export_rebuilds_from_a_checkpoint(smoke_run, tmp_path, capsys):
     nbest = [line.split("\t") for line in translated.stdout.splitlines()]  # 2 lines per input line, best first
     assert len(nbest) == 4 and nbest[2:] == [["0.0000", ""], ["0.0000", ""]]
     assert float(nbest[0][0]) >= float(nbest[1][0]) and nbest[0][1] != nbest[1][1]
-    too_many = run_cli("translate", tmp_path / "best", "--nbest", "3", input="Tuesday, March 5, 1996\n")
-    assert too_many.returncode == 2
-    assert too_many.stderr.strip().splitlines()[-1] == (
+    assert refused(capsys, translate.main, tmp_path / "best", "--nbest", "3") == (
+        2,
         "error: nbest 3 is more than the 2 hypotheses of the export's beam; export the run with "
-        "`kmt-export RUN_DIR --beam-size 3`"
+        "`kmt-export RUN_DIR --beam-size 3`",
     )
-    missing = run_cli("export", smoke_run, "--checkpoint", tmp_path / "nope.weights.h5")
-    assert missing.returncode == 2 and "no checkpoint at" in missing.stderr
-    # --average writes its checkpoint into the run: a copy, since other workers read smoke_run meanwhile
-    run = shutil.copytree(smoke_run, tmp_path / "run", ignore=shutil.ignore_patterns("export"))
-    averaged = run_cli("export", run, "--average", "2", "--output", tmp_path / "avg")
-    assert averaged.returncode == 0, averaged.stderr[-2000:]
-    assert (run / "checkpoints" / "average_last2.weights.h5").exists()
-    default = run_cli("export", run)  # without --output: the run's own export/
-    assert default.returncode == 0 and (run / "export" / "saved_model.pb").is_file(), default.stderr[-2000:]
+    status, line = refused(capsys, export.main, smoke_run, "--checkpoint", tmp_path / "nope.weights.h5")
+    assert status == 2 and "no checkpoint at" in line
     status, line = refused(capsys, export.main, smoke_run, "--average", "9")
     assert status == 2 and "needs 9 epoch checkpoints" in line
 
 
 def test_export_ensembles_runs_that_share_a_vocabulary(smoke_run, tmp_path, capsys):
-    from kmt.cli import export
-    from kmt.tokenizer import Vocabularies, train_tokenizer
-    from kmt.training import train
-    from tests.helpers import compose_config
+    from omegaconf import OmegaConf
 
-    other = tmp_path / "other"  # another seed, the same data: the same vocabulary, other weights
-    train(compose_config("trainer.epochs=1", "seed=2", "trainer.export=false"), other)  # here: no process to start
-    assert (other / "tokenizer" / "joint.model").read_bytes() == (smoke_run / "tokenizer" / "joint.model").read_bytes()
-    result = run_cli("export", smoke_run, "--ensemble", other, "--output", tmp_path / "ensemble")
+    from kmt.cli import export
+    from kmt.data.prepared import prepare_data
+    from kmt.tokenizer import Vocabularies, train_tokenizer
+
+    # A run's vocabulary is its data's, whatever its seed: runs trained on the same data share it.
+    cfg = compose_config("seed=2")
+    prepare_data(cfg.data, cfg.model, tmp_path / "data", OmegaConf.to_yaml(cfg)).vocabularies.save(tmp_path / "vocab")
+    assert (tmp_path / "vocab" / "joint.model").read_bytes() == (smoke_run / "tokenizer" / "joint.model").read_bytes()
+    other = shutil.copytree(smoke_run, tmp_path / "other", ignore=shutil.ignore_patterns("export"))
+    (other / "checkpoints" / "epoch_002.weights.h5").unlink()  # its last is epoch 1: the same vocabulary, other weights
+    result = run_cli("export", smoke_run, "--ensemble", other, "--output", tmp_path / "ensemble")  # kmt-export's run
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.splitlines()[-1] == f"exported {smoke_run}:last + {other}:last to {tmp_path / 'ensemble'}"
-    lines = "Tuesday, March 5, 1996\n5 june 2001\n\n"
+    lines = ["Tuesday, March 5, 1996", "5 june 2001", ""]
     ensemble, single = (
-        run_cli("translate", export, "--scores", input=lines)
-        for export in (tmp_path / "ensemble", smoke_run / "export")
+        _translated(path, lines, "--scores", path=tmp_path / name)
+        for name, path in (("ensemble", tmp_path / "ensemble"), ("single", smoke_run / "export"))
     )
-    assert ensemble.returncode == 0, ensemble.stderr[-2000:]
-    assert len(ensemble.stdout.splitlines()) == 3 and ensemble.stdout.splitlines()[2] == "0.0000\t"
-    assert ensemble.stdout != single.stdout  # both runs' models decode (the smoke run's export is greedy too)
+    assert len(ensemble) == 3 and ensemble[2] == "0.0000\t"
+    assert ensemble != single  # both runs' models decode (the smoke run's export is greedy too)
 
-    stranger = shutil.copytree(other, tmp_path / "stranger", ignore=shutil.ignore_patterns("export"))
+    stranger = shutil.copytree(other, tmp_path / "stranger")
     tokenizer = train_tokenizer(["a vocabulary of other words", "trained on other text"], vocab_size=40)
     Vocabularies(tokenizer, tokenizer).save(stranger / "tokenizer")
     assert refused(capsys, export.main, smoke_run, "--ensemble", other, stranger, "--output", tmp_path / "no") == (
@@ -296,25 +315,9 @@ def test_export_ensembles_runs_that_share_a_vocabulary(smoke_run, tmp_path, caps
     assert not (tmp_path / "no").exists()
 
 
-def test_export_samples_for_back_translation(smoke_run, tmp_path, capsys):
+def test_export_averages_and_samples_for_back_translation_into_the_runs_export(smoke_run, tmp_path, capsys):
     from kmt.cli import export
 
-    result = run_cli(
-        "export",
-        smoke_run,
-        "--sampling-topk",
-        "0",
-        "--sampling-temperature",
-        "1.5",
-        "--sampling-topp",
-        "0.95",
-        "--output",
-        tmp_path / "sample",
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    translated = run_cli("translate", tmp_path / "sample", input="Tuesday, March 5, 1996\n" * 20)
-    assert translated.returncode == 0, translated.stderr[-2000:]
-    assert len(set(translated.stdout.splitlines())) > 1  # 20 draws from an undertrained model's distribution
     both = refused(
         capsys,
         export.main,
@@ -330,6 +333,17 @@ def test_export_samples_for_back_translation(smoke_run, tmp_path, capsys):
     )
     assert both == (2, "error: sampling_topk samples with beam_size=1 only. Received: sampling_topk=0, beam_size=4")
     assert not (smoke_run / "checkpoints" / "average_last2.weights.h5").exists()  # refused before any work
+    # --average writes its checkpoint into the run: a copy, since other workers read smoke_run meanwhile. Without
+    # --output, the export is the run's own export/.
+    run = shutil.copytree(smoke_run, tmp_path / "run", ignore=shutil.ignore_patterns("export"))
+    sampling = ["--sampling-topk", "0", "--sampling-temperature", "1.5", "--sampling-topp", "0.95"]
+    status, out, err = _called(capsys, export.main, run, "--average", "2", *sampling)
+    assert status == 0, err[-2000:]
+    assert out.splitlines()[-1] == f"exported the average of the last 2 epochs to {run / 'export'}"
+    assert (run / "checkpoints" / "average_last2.weights.h5").exists()
+    assert (run / "export" / "saved_model.pb").is_file()
+    translated = _translated(run / "export", ["Tuesday, March 5, 1996"] * 20, path=tmp_path / "sampled")
+    assert len(set(translated)) > 1  # 20 draws from an undertrained model's distribution
 
 
 def test_a_run_saved_before_an_option_existed_gets_its_default(smoke_run, tmp_path):
@@ -353,14 +367,10 @@ def test_a_run_saved_before_an_option_existed_gets_its_default(smoke_run, tmp_pa
 
 
 def test_translate_saves_cross_attention_heatmaps(smoke_run, tmp_path):
-    result = run_cli(
-        "translate",
-        smoke_run / "export",
-        "--attention-plots",
-        tmp_path / "plots",
-        input="Tuesday, March 5, 1996\n\nthe 3rd of june 2031\n",
+    lines = ["Tuesday, March 5, 1996", "", "the 3rd of june 2031"]
+    assert (
+        len(_translated(smoke_run / "export", lines, "--attention-plots", tmp_path / "plots", path=tmp_path / "t")) == 3
     )
-    assert result.returncode == 0, result.stderr[-2000:]
     plots = sorted(p.name for p in (tmp_path / "plots").iterdir())
     assert plots == ["attention_0.png", "attention_2.png"]  # the empty line has nothing to plot
     assert (tmp_path / "plots" / "attention_0.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -384,13 +394,16 @@ def test_saved_model_cli_run_translates(smoke_run):
     assert output.startswith("[b'") and output.endswith("b'']")  # one translation, then the empty input's
 
 
-def test_score_writes_log_probabilities_and_perplexity(smoke_run, tmp_path):
+def test_score_writes_log_probabilities_and_perplexity(smoke_run, tmp_path, capsys):
+    from kmt.cli import score
+
     source, target = tmp_path / "source.txt", tmp_path / "target.txt"
     source.write_text("Tuesday, March 5, 1996\n5 june 2001\n\n1 May 1990\n" + "z" * 3000 + "\n1 May 1990\n")
     target.write_text("1996-03-05\n2001-06-05\n2000-01-01\n1990-05-01\n1990-01-01\n\n")
-    total = run_cli("score", smoke_run / "export", "--source", source, "--target", target)
-    per_token = run_cli(
-        "score",
+    total = run_cli("score", smoke_run / "export", "--source", source, "--target", target)  # kmt-score's run
+    per_token = _called(
+        capsys,
+        score.main,
         smoke_run / "export",
         "--source",
         source,
@@ -400,9 +413,10 @@ def test_score_writes_log_probabilities_and_perplexity(smoke_run, tmp_path):
         "--output",
         tmp_path / "scores.txt",
     )
-    for result in (total, per_token):  # lines 3 (empty source) and 5 (over-long) are not scored: exit 1, one line
-        assert result.returncode == 1, result.stderr[-2000:]
-        error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    for status, stderr in ((total.returncode, total.stderr), (per_token[0], per_token[2])):
+        # lines 3 (empty source) and 5 (over-long) are not scored: exit 1, one line
+        assert status == 1, stderr[-2000:]
+        error = [line for line in stderr.splitlines() if line.startswith("error:")]
         assert error == [
             "error: 2 of 6 pairs were not scored, their lines read nan: an empty source (lines 3); a "
             "side longer than the model's maximum length (lines 5); the other scores were written"
@@ -419,10 +433,31 @@ def test_score_writes_log_probabilities_and_perplexity(smoke_run, tmp_path):
     assert summary and int(summary[1]) == sum(lengths) and float(summary[3]) == pytest.approx(ppl, abs=0.01)
     (tmp_path / "one.src").write_text("Tuesday, March 5, 1996\n")
     (tmp_path / "one.tgt").write_text("1996-03-05\n")
-    alone = run_cli("score", smoke_run / "export", "--source", tmp_path / "one.src", "--target", tmp_path / "one.tgt")
-    assert alone.returncode == 0 and float(alone.stdout) == pytest.approx(sums[0], abs=1e-3)  # batch-independent
-    mismatched = run_cli("score", smoke_run / "export", "--source", source, "--target", tmp_path / "one.tgt")
-    assert mismatched.returncode == 2 and mismatched.stderr.count("\n") == 1 and "lines" in mismatched.stderr
+    one = ["--source", tmp_path / "one.src", "--target", tmp_path / "one.tgt", "--output", tmp_path / "one.txt"]
+    status, _, err = _called(capsys, score.main, smoke_run / "export", *one)  # a file: main closes what it writes
+    assert status == 0, err[-2000:]
+    assert float((tmp_path / "one.txt").read_text()) == pytest.approx(sums[0], abs=1e-3)  # batch-independent
+    status, _, err = _called(
+        capsys, score.main, smoke_run / "export", "--source", source, "--target", tmp_path / "one.tgt"
+    )
+    assert status == 2 and err.count("\n") == 1 and "lines" in err
+
+
+def test_plot_draws_a_runs_curves(smoke_run, tmp_path):
+    result = run_cli("plot", smoke_run, "--output", tmp_path / "curves.png")  # kmt-plot's run
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines()[-1] == str(tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_import_refuses_a_missing_checkpoint_in_one_line(tmp_path):
+    # kmt-import's run (importing a MarianMT checkpoint end to end: test_marian.py)
+    result = run_cli("importer", tmp_path / "nope", "--output", tmp_path / "run")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: {tmp_path / 'nope'}: no such checkpoint directory (pass a directory or a hub id like OWNER/NAME)"
+    )
+    assert not (tmp_path / "run").exists()
 
 
 def _console_scripts():
@@ -465,13 +500,13 @@ def test_a_reader_that_stops_early_ends_a_console_script_quietly(script):
     assert result.returncode == 1 and result.stderr == "", result.stderr[-2000:]
 
 
-def test_translate_takes_a_run_directory(smoke_run):
-    lines = "Tuesday, March 5, 1996\n5 june 2001\n\n"
+def test_translate_takes_a_run_directory(smoke_run, tmp_path):
+    lines = ["Tuesday, March 5, 1996", "5 june 2001", ""]
     from_run, from_export = (
-        run_cli("translate", path, "--scores", input=lines) for path in (smoke_run, smoke_run / "export")
+        _translated(path, lines, "--scores", path=tmp_path / name)
+        for name, path in (("run", smoke_run), ("export", smoke_run / "export"))
     )
-    assert from_run.returncode == 0, from_run.stderr[-2000:]
-    texts = [line.split("\t", 1)[1] for line in from_run.stdout.splitlines()]
-    assert texts == [line.split("\t", 1)[1] for line in from_export.stdout.splitlines()] and texts[0]
-    beam = run_cli("translate", smoke_run, "--beam-size", "2", input=lines)  # a run searches as asked
-    assert beam.returncode == 0 and len(beam.stdout.splitlines()) == 3, beam.stderr[-2000:]
+    texts = [line.split("\t", 1)[1] for line in from_run]
+    assert texts == [line.split("\t", 1)[1] for line in from_export] and texts[0]
+    beam = _translated(smoke_run, lines, "--beam-size", "2", path=tmp_path / "beam")  # a run searches as asked
+    assert len(beam) == 3
