@@ -12,12 +12,15 @@ import time
 
 import pytest
 
-from tests.helpers import run_cli
-
-pytestmark = pytest.mark.slow
+from kmt.errors import DataError, KmtError
+from kmt.training import train
+from tests.helpers import compose_config, run_cli, shared_once
 
 # A few thousand generated pairs: epochs long enough (~100 steps) to be killed in the middle of one.
 LONGER = ["debug=smoke", "data.num_train=3000", "data.limit=3000", "trainer.export=false"]
+# The kill tests' uninterrupted run: 3 epochs of 57 batches, the weights and the resume state saved every 20 updates
+# as well (which changes nothing it trains: the run killed at an epoch's end saves no update checkpoints).
+REFERENCE = [*LONGER, "trainer.epochs=3", "trainer.save_every_updates=20"]
 
 
 def _history(run_dir):
@@ -42,6 +45,14 @@ def _parallel_args(tmp_path, source_lines, target_lines):
     ]
 
 
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The uninterrupted run of `REFERENCE`, trained once for every worker (here: no process to start)."""
+    return shared_once(
+        tmp_path_factory, "reliability_reference", lambda folder: train(compose_config(*REFERENCE[1:]), folder)
+    )
+
+
 def _assert_one_line_error(result, *needles):
     assert result.returncode == 2, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
@@ -49,13 +60,9 @@ def _assert_one_line_error(result, *needles):
     assert last.startswith("error: ") and all(n in last for n in needles), last
 
 
-def test_killed_run_resumes_where_it_stopped(tmp_path):
-    from kmt.training import train
-    from tests.helpers import compose_config
-
-    reference, killed = tmp_path / "reference", tmp_path / "killed"
-    train(compose_config(*LONGER[1:], "trainer.epochs=3"), reference)  # uninterrupted, here (compose_config: smoke)
-
+@pytest.mark.e2e
+def test_killed_run_resumes_where_it_stopped(reference, tmp_path):
+    killed = tmp_path / "killed"
     env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"}
     process = subprocess.Popen(
         [sys.executable, "-m", "kmt.cli.train", *LONGER, "trainer.epochs=3", f"hydra.run.dir={killed}"],
@@ -95,19 +102,14 @@ def _weights(path):
     return arrays
 
 
-def test_run_killed_mid_epoch_resumes_at_the_update_it_saved(tmp_path):
+@pytest.mark.e2e
+def test_run_killed_mid_epoch_resumes_at_the_update_it_saved(reference, tmp_path):
     # trainer.save_every_updates saves the resume state within epochs (57 batches here): a kill after update 20
     # resumes at batch 21 of epoch 1, on the batches, dropout masks and running means of the uninterrupted run.
-    from kmt.training import train
-    from tests.helpers import compose_config
-
-    by_updates = [*LONGER, "trainer.epochs=2", "trainer.save_every_updates=20"]
-    reference, killed = tmp_path / "reference", tmp_path / "killed"
-    train(compose_config(*by_updates[1:]), reference)
-
+    killed = tmp_path / "killed"
     env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "kmt.cli.train", *by_updates, f"hydra.run.dir={killed}"],
+        [sys.executable, "-m", "kmt.cli.train", *REFERENCE, f"hydra.run.dir={killed}"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -121,23 +123,24 @@ def test_run_killed_mid_epoch_resumes_at_the_update_it_saved(tmp_path):
     state = json.loads(first.read_text())
     assert state["epoch"] == 0 and state["batch"] == state["update"] == 20, state  # killed mid-epoch
 
-    resumed = run_cli("train", *by_updates, f"hydra.run.dir={killed}")
+    resumed = run_cli("train", *REFERENCE, f"hydra.run.dir={killed}")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "20 batches into epoch 1" in resumed.stdout + resumed.stderr
     expected, got = _history(reference), _history(killed)
-    assert [row["epoch"] for row in got] == [row["epoch"] for row in expected] == ["0", "1"]
+    assert [row["epoch"] for row in got] == [row["epoch"] for row in expected] == ["0", "1", "2"]
     for key in ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate"):
         assert [float(r[key]) for r in got] == pytest.approx([float(r[key]) for r in expected], rel=1e-5), key
     names = sorted(p.name for p in (reference / "checkpoints").glob("update_*.weights.h5"))
-    assert names == [f"update_{n:07d}.weights.h5" for n in (20, 40, 60, 80, 100)]
+    assert names == [f"update_{n:07d}.weights.h5" for n in (80, 100, 120, 140, 160)]  # the newest 5 (keep_checkpoints)
     assert sorted(p.name for p in (killed / "checkpoints").glob("update_*.weights.h5")) == names
-    for name in names[1:]:  # trained after the kill: the uninterrupted run's weights, update for update
+    for name in names:  # trained after the kill: the uninterrupted run's weights, update for update
         want, have = _weights(reference / "checkpoints" / name), _weights(killed / "checkpoints" / name)
         assert want.keys() == have.keys()
         for key in want:
             assert have[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), (name, key)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "SIGTERM"])
 def test_a_stop_signal_saves_and_exits_cleanly(tmp_path, signum):
     # SIGTERM is what job schedulers (Slurm, Kubernetes) send before they kill: before, it ended kmt-train at once.
@@ -169,18 +172,18 @@ def test_a_stop_signal_saves_and_exits_cleanly(tmp_path, signum):
 def test_nan_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(smoke_run, tmp_path):
     run_dir = shutil.copytree(smoke_run, tmp_path / "run", ignore=shutil.ignore_patterns("export"))  # 2 good epochs
     kept = (run_dir / "checkpoints" / "epoch_002.weights.h5").read_bytes()
-    diverged = run_cli("train", "debug=smoke", "trainer.epochs=3", "optim.lr_scale=1e12", f"hydra.run.dir={run_dir}")
-    _assert_one_line_error(diverged, "training diverged")
+    with pytest.raises(KmtError, match="training diverged"):
+        train(compose_config("trainer.epochs=3", "optim.lr_scale=1e12"), run_dir)
     assert (run_dir / "checkpoints" / "epoch_002.weights.h5").read_bytes() == kept
     assert not (run_dir / "checkpoints" / "epoch_003.weights.h5").exists()
     backup = json.loads((run_dir / "checkpoints" / "backup" / "training_metadata.json").read_text())
     assert backup["epoch"] == 2
 
 
+@pytest.mark.e2e  # a run through to the export, twice
 @pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_trains_and_exports_float32(tmp_path, precision):
-    result = run_cli("train", "debug=smoke", f"trainer.precision={precision}", f"hydra.run.dir={tmp_path}")
-    assert result.returncode == 0, result.stderr[-2000:]
+    train(compose_config(f"trainer.precision={precision}"), tmp_path)
     assert all(float(row["loss"]) < 1e3 for row in _history(tmp_path))
     # The SavedModel decodes in float32: no tensor of the half-precision type anywhere in its graph.
     from google.protobuf import text_format
@@ -192,43 +195,53 @@ def test_mixed_precision_trains_and_exports_float32(tmp_path, precision):
     assert {"mixed_float16": "DT_HALF", "mixed_bfloat16": "DT_BFLOAT16"}[precision] not in graph_text
 
 
-def test_awkward_sentences_train_and_are_counted(tmp_path):
+def test_awkward_sentences_train_and_are_counted(tmp_path, caplog):
     words = ["one two", "three", "four five six", "seven"]
     sources = [f"{w} {i}" for i in range(60) for w in words]
     targets = [f"{w.upper()} {i}" for i in range(60) for w in words]
     sources[:6] = ["tab\tinside", "", "x" * 10_000, "emoji 😀🚀", "漢字とかな", "مرحبا بالعالم"]
     targets[:6] = ["TAB\tINSIDE", "EMPTY SOURCE", "LONG", "EMOJI 😀🚀", "日本語", "שלום עולם"]
-    result = run_cli(
-        "train", "debug=smoke", *_parallel_args(tmp_path, sources, targets), f"hydra.run.dir={tmp_path / 'run'}"
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    log = (tmp_path / "run" / "train.log").read_text()
-    assert "train: kept 238 of 240 pairs (dropped 1 empty, 1 longer than" in log
+    caplog.set_level("INFO", logger="kmt")
+    metrics = train(compose_config(*_parallel_args(tmp_path, sources, targets)), tmp_path / "run")
+    assert metrics["train"]["steps"] > 0
+    assert "train: kept 238 of 240 pairs (dropped 1 empty, 1 longer than" in caplog.text
+
+
+def _bad_parallel_files(tmp_path, case):
+    """The overrides of a data=parallel run on training files with the mistake `case`, and what the error names."""
+    good = [f"line {i}" for i in range(20)]
+    if case == "lengths":
+        return _parallel_args(tmp_path, good, good[:-1]), ("train.src has 20 lines", "train.tgt has 19")
+    args = _parallel_args(tmp_path, good, good)
+    if case == "empty":
+        (tmp_path / "train.tgt").write_bytes(b"")
+        return args, ("train.tgt", "empty")
+    (tmp_path / "train.tgt").write_bytes(b"line 0\nline \xff 1\n" + b"x\n" * 18)
+    return args, ("train.tgt", "line 2")
 
 
 @pytest.mark.parametrize("case", ["lengths", "empty", "bytes"])
 def test_bad_parallel_files_stop_with_file_and_line(tmp_path, case):
-    good = [f"line {i}" for i in range(20)]
-    if case == "lengths":
-        args = _parallel_args(tmp_path, good, good[:-1])
-        needles = ("train.src has 20 lines", "train.tgt has 19")
-    elif case == "empty":
-        args = _parallel_args(tmp_path, good, good)
-        (tmp_path / "train.tgt").write_bytes(b"")
-        needles = ("train.tgt", "empty")
-    else:
-        args = _parallel_args(tmp_path, good, good)
-        (tmp_path / "train.tgt").write_bytes(b"line 0\nline \xff 1\n" + b"x\n" * 18)
-        needles = ("train.tgt", "line 2")
+    args, needles = _bad_parallel_files(tmp_path, case)
+    with pytest.raises(DataError) as error:
+        train(compose_config(*args), tmp_path / "run")
+    assert all(needle in str(error.value) for needle in needles), error.value
+
+
+def test_kmt_train_stops_on_a_bad_file_with_one_line(tmp_path):
+    # What a user sees of the DataError above: one line naming the file and the line, exit status 2, no traceback.
+    args, needles = _bad_parallel_files(tmp_path, "bytes")
     _assert_one_line_error(run_cli("train", "debug=smoke", *args, f"hydra.run.dir={tmp_path / 'run'}"), *needles)
 
 
-def test_translate_handles_a_thousand_awkward_lines(smoke_run):
+def test_translate_handles_a_thousand_awkward_lines(smoke_run, tmp_path):
+    from kmt.cli import translate
+
     awkward = ["", "   ", "\t", "y" * 10_000, "😀 漢字 مرحبا", "Tuesday, March 5, 1996"]
     lines = [awkward[i % len(awkward)] for i in range(1000)]
-    result = run_cli("translate", smoke_run / "export", input="\n".join(lines) + "\n")
-    assert result.returncode == 0, result.stderr[-2000:]
-    outputs = result.stdout.split("\n")[:-1]
+    (tmp_path / "in.txt").write_bytes(("\n".join(lines) + "\n").encode())
+    translate.main([str(smoke_run / "export"), "--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "out")])
+    outputs = (tmp_path / "out").read_bytes().decode().split("\n")[:-1]
     assert len(outputs) == 1000
     assert all(outputs[i] == "" for i in range(1000) if not lines[i].strip())
 
@@ -265,12 +278,5 @@ def test_concurrent_requests_get_the_serial_answers(smoke_run):
 
 def test_resuming_with_another_model_shape_is_a_clear_error(smoke_run, tmp_path):
     run_dir = shutil.copytree(smoke_run, tmp_path / "run", ignore=shutil.ignore_patterns("export"))  # 2 epochs
-    changed = run_cli(
-        "train",
-        "debug=smoke",
-        "trainer.export=false",
-        "trainer.epochs=3",
-        "model.hidden_dim=48",
-        f"hydra.run.dir={run_dir}",
-    )
-    _assert_one_line_error(changed, "does not fit this model")
+    with pytest.raises(KmtError, match="does not fit this model"):
+        train(compose_config("trainer.export=false", "trainer.epochs=3", "model.hidden_dim=48"), run_dir)
