@@ -40,6 +40,7 @@ def test_config_refuses_a_negative_interval(key):
         validate(compose_config(f"trainer.{key}=-1", "output_dir=null"))
 
 
+@pytest.mark.e2e
 def test_run_by_updates_checkpoints_validates_stops_on_patience_and_averages(tmp_path, caplog):
     caplog.set_level("INFO", logger="kmt")
     train(
@@ -71,6 +72,7 @@ def test_run_by_updates_checkpoints_validates_stops_on_patience_and_averages(tmp
     assert state["update"] == updates[-1] - updates[-1] % 2
 
 
+@pytest.mark.e2e
 def test_time_budget_stops_at_an_update_checkpoint_within_the_epoch(tmp_path, caplog):
     # A budget of a few nanoseconds is spent by the first check, at update 2, on any machine: the run stops there,
     # within its first epoch of 6 batches, instead of at an epoch's end.
@@ -88,6 +90,7 @@ def test_config_refuses_a_negative_max_updates():
         validate(compose_config("trainer.max_updates=-1", "output_dir=null"))
 
 
+@pytest.mark.e2e
 def test_max_updates_stops_within_an_epoch_plans_the_schedule_for_it_and_a_resume_trains_no_more(tmp_path, caplog):
     # 6 batches an epoch, 2 an update: 3 updates an epoch, so update 4 is the second epoch's first
     args = ["trainer.epochs=3", "trainer.max_updates=4", "trainer.save_every_updates=2"]
@@ -109,6 +112,7 @@ def test_max_updates_stops_within_an_epoch_plans_the_schedule_for_it_and_a_resum
     assert (tmp_path / "metrics.json").exists()
 
 
+@pytest.mark.e2e
 def test_late_dropout_switches_after_a_number_of_updates(tmp_path, caplog):
     caplog.set_level("INFO", logger="kmt")
     train(compose_config("trainer.epochs=2", "model.late_dropout=0.3", "model.late_dropout_after_updates=3"), tmp_path)
