@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import optional
+
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 SCRIPTS = [
     "attention_scaling",
@@ -137,7 +139,7 @@ def test_the_corpus_scale_bench_prepares_both_corpora_and_trains_from_each(tmp_p
 
 @pytest.mark.e2e
 def test_the_opus_mt_bench_imports_exports_and_times_the_savedmodel_against_ctranslate2():
-    pytest.importorskip("transformers", reason="the bench builds its checkpoint with transformers")
+    optional("transformers", "pip install transformers (the bench builds its checkpoint with it)")
     result = run_bench("opus_mt", "--tiny", "--sentences", "2", "--repeats", "1", "--batch-sizes", "1,2")
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
