@@ -5,8 +5,8 @@ against CTranslate2 (float32 and int8) at batch 1 and 64.
     python bench/opus_mt.py --sentences 32 --repeats 2
     python bench/opus_mt.py --tiny               # the same path at test size (tests/test_bench.py)
 
-The checkpoint is `make_checkpoint`'s: a `MarianMTModel` of random weights saved by transformers (needs `transformers`
-and PyTorch), the size of Helsinki-NLP's opus-mt models, its vocab.json padded to 58,101 pieces.
+The checkpoint is what `tests/marian_checkpoint.py` writes: a `MarianMTModel` of random weights saved by transformers
+(needs `transformers` and PyTorch), the size of Helsinki-NLP's opus-mt models, its vocab.json padded to 58,101 pieces.
 Random weights time the same work as trained ones, except that a random model seldom ends a sentence: every output
 runs to its length limit (1.5 x source length + 10). No translation quality is measured.
 
@@ -16,8 +16,6 @@ RUN_DIR --ctranslate2` on the imported run, with sentences made of the checkpoin
 """
 
 import argparse
-import io
-import json
 import os
 import random
 import sys
@@ -28,17 +26,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from common import hardware, print_json, print_table, timed  # noqa: E402  (bench/ is on sys.path)
 
-# The checkpoint's SentencePiece model is trained on these, and the sentences translated are made of their words.
-CORPUS = [
-    "¿Dónde está la estación de tren?",
-    "Tengo 3 gatos y 12 perros en casa.",
-    "La niña come una manzana roja.",
-    "El café está muy caliente, ¡cuidado!",
-    "Mañana vamos a la playa con mis amigos.",
-    "¿Cuántos años tienes?",
-    "Él leyó el periódico (en español) a las 7:30.",
-    "Nuestra casa tiene dos pisos y un jardín.",
-]
+# The random MarianMT checkpoint is the import tests' (tests/marian_checkpoint.py), at OPUS-MT's size here.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.marian_checkpoint import SOURCES, make_checkpoint  # noqa: E402
+
 OPUS_MT = dict(d_model=512, layers=6, heads=8, ffn_dim=2048, pieces=400, vocab_size=58_101, init_std=0.02)
 TINY = dict(d_model=32, layers=1, heads=2, ffn_dim=64, pieces=60, vocab_size=None, init_std=0.2)
 
@@ -52,67 +43,9 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def make_checkpoint(directory, d_model, layers, heads, ffn_dim, pieces, vocab_size, init_std):
-    """Writes a MarianMT checkpoint of random weights into `directory`, laid out as the hub's OPUS-MT models are: a
-    SentencePiece model of about `pieces` pieces trained on `CORPUS` (as both source.spm and target.spm), vocab.json
-    over its pieces (`</s>` 0, `<unk>` 1, the pieces, unused ones up to `vocab_size` entries, `<pad>` last), and a
-    `MarianMTModel` (`layers` encoder and decoder layers, one shared embedding) saved by transformers. `init_std` is
-    the weights' standard deviation."""
-    import sentencepiece
-    import torch
-    from transformers import MarianConfig, MarianMTModel
-
-    directory.mkdir(parents=True)
-    proto = io.BytesIO()
-    sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(CORPUS * 20),
-        model_writer=proto,
-        vocab_size=pieces,
-        hard_vocab_limit=False,
-        character_coverage=1.0,
-        minloglevel=2,
-    )
-    for name in ("source.spm", "target.spm"):
-        (directory / name).write_bytes(proto.getvalue())
-    processor = sentencepiece.SentencePieceProcessor(model_proto=proto.getvalue())
-    vocab = {"</s>": 0, "<unk>": 1}
-    for i in range(processor.get_piece_size()):
-        if not processor.is_control(i) and not processor.is_unknown(i):
-            vocab[processor.id_to_piece(i)] = len(vocab)
-    while vocab_size and len(vocab) < vocab_size - 1:
-        vocab[f"▁unused{len(vocab)}"] = len(vocab)
-    vocab["<pad>"] = pad = len(vocab)
-    (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    torch.manual_seed(0)
-    model = MarianMTModel(
-        MarianConfig(
-            vocab_size=len(vocab),
-            decoder_vocab_size=len(vocab),
-            d_model=d_model,
-            encoder_layers=layers,
-            decoder_layers=layers,
-            encoder_attention_heads=heads,
-            decoder_attention_heads=heads,
-            encoder_ffn_dim=ffn_dim,
-            decoder_ffn_dim=ffn_dim,
-            activation_function="swish",
-            scale_embedding=True,
-            max_position_embeddings=512,
-            pad_token_id=pad,
-            eos_token_id=0,
-            decoder_start_token_id=pad,
-            init_std=init_std,
-        )
-    )
-    with torch.no_grad():  # one embedding, as OPUS-MT's (transformers makes three, untied)
-        for stack in (model.model.encoder, model.model.decoder):
-            stack.embed_tokens.weight.copy_(model.model.shared.weight)
-    model.save_pretrained(directory)
-
-
 def sentences(count, seed=0):
     """`count` Spanish-looking sentences of 8-20 words from the checkpoint's corpus."""
-    words = " ".join(CORPUS).split()
+    words = " ".join(SOURCES).split()
     rng = random.Random(seed)
     return [" ".join(rng.choices(words, k=rng.randint(8, 20))) for _ in range(count)]
 
