@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from tests.helpers import compose_config, refused, run_cli
+from tests.helpers import compose_config, refused, run_cli, train_main
 
 
 def _called(capsys, main, *args):
@@ -104,20 +104,8 @@ def test_translate_stops_quietly_when_its_reader_leaves(smoke_run, tmp_path):
 
 
 def test_train_help_explains_groups_values_and_data_dir(monkeypatch, capsys):
-    from hydra.core.global_hydra import GlobalHydra
-
-    from kmt.cli import train
-
-    # Hydra's main reads the command line itself. hydra/hydra_logging=none: Hydra leaves the logging of the test
-    # process (pytest's capture) as it is.
-    monkeypatch.setattr(sys, "argv", ["kmt-train", "--help", "hydra/hydra_logging=none"])
-    try:
-        with pytest.raises(SystemExit) as stopped:
-            train.main()
-    finally:
-        GlobalHydra.instance().clear()  # what Hydra's main leaves initialized, for the next compose in this process
-    out = capsys.readouterr().out
-    assert stopped.value.code == 0
+    status, out, _ = train_main(monkeypatch, capsys, "--help")
+    assert status == 0
     assert "Config groups (pick one with group=option):" in out
     assert "experiment: multi30k_de_en, multi30k_en_de" in out
     assert "\ndata: dates, multi30k, parallel, prepared, spa_eng, wmt14_en_de\n" in out  # options only
