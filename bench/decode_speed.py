@@ -140,7 +140,7 @@ def saved_model(model, vocabularies, search, path, beam_size, use_cache=True):
     from kmt.inference.settings import SearchSettings
     from kmt.inference.translator import TranslatorModule
 
-    settings = SearchSettings(beam_size=beam_size, **search)
+    settings = SearchSettings.of(beam_size=beam_size, **search)
     export_translator(TranslatorModule(model, vocabularies, settings, use_cache=use_cache), path)
     signature = tf.saved_model.load(str(path)).signatures["translate"]
     return lambda batch: [t.decode("utf-8") for t in signature(text=tf.constant(batch))["translation"].numpy()]
@@ -167,7 +167,7 @@ def export_variants(cfg, vocabularies, model, directory, ctranslate2=False):
     for weights in ("float32", "int8"):
         path = Path(directory) / f"ctranslate2_{weights}"
         quantization = None if weights == "float32" else weights
-        export_ctranslate2(model, vocabularies, SearchSettings(beam_size=1, **search), path, quantization)
+        export_ctranslate2(model, vocabularies, SearchSettings.of(beam_size=1, **search), path, quantization)
         translators[f"CT2 {weights}"] = CT2Translator(path, compute_type=weights, intra_threads=os.cpu_count())
     variants = {}
     for name, (engine, beam_size) in CT2_VARIANTS.items():

@@ -25,7 +25,7 @@ RECORD = json.loads((FIXTURE / "translations.json").read_text(encoding="utf-8"))
 INPUTS = RECORD["inputs"]
 
 
-DECODE = SearchSettings(beam_size=3, length_penalty=0.6, max_length_a=1.5, max_length_b=10)  # the fixture's
+DECODE = SearchSettings.of(beam_size=3, length_penalty=0.6, max_length_a=1.5, max_length_b=10)  # the fixture's
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def test_model_keras_translates_as_before(run, beam_size):
     _, vocabularies, model = load_run_keras(run)  # a plain functional model in the file: rebuilt, its weights loaded
     assert_same(RECORD[f"model_keras_beam{beam_size}"], *translate(model, vocabularies, beam_size))
     recorded = RECORD[f"ids_beam{beam_size}"]
-    tokens, scores = search_ids(model, np.array(recorded["source"], "int32"), SearchSettings(beam_size=beam_size))
+    tokens, scores = search_ids(model, np.array(recorded["source"], "int32"), SearchSettings.of(beam_size=beam_size))
     assert keras.ops.convert_to_numpy(tokens).tolist() == recorded["tokens"]
     np.testing.assert_allclose(keras.ops.convert_to_numpy(scores), recorded["scores"], rtol=1e-5, atol=1e-5)
 

@@ -29,7 +29,7 @@ INPUTS = RECORD["inputs"]
 ARCHS = ["transformer", "lstm"]
 
 
-DECODE = SearchSettings(beam_size=3, length_penalty=0.6, max_length_a=1.5, max_length_b=10)  # the recorded ones
+DECODE = SearchSettings.of(beam_size=3, length_penalty=0.6, max_length_a=1.5, max_length_b=10)  # the recorded ones
 
 
 @pytest.fixture(scope="module", params=ARCHS)
@@ -58,7 +58,7 @@ def test_model_keras_translates_as_before(run):
     for beam_size in (1, 3):
         assert_same(RECORD[f"{arch}_model_keras_beam{beam_size}"], *translate(model, vocabularies, beam_size))
         recorded = RECORD[f"{arch}_ids_beam{beam_size}"]
-        tokens, scores = search_ids(model, np.array(recorded["source"], "int32"), SearchSettings(beam_size=beam_size))
+        tokens, scores = search_ids(model, np.array(recorded["source"], "int32"), SearchSettings.of(beam_size=beam_size))
         assert keras.ops.convert_to_numpy(tokens).tolist() == recorded["tokens"]
         np.testing.assert_allclose(keras.ops.convert_to_numpy(scores), recorded["scores"], rtol=1e-5, atol=1e-5)
 

@@ -19,7 +19,7 @@ from tests.tiny_transformers import END, PAD, SOURCE, UNTIED_PRE_NORM, random_mo
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_cached_and_uncached_decoding_agree(beam_size):
     model = random_model(num_layers=2, **UNTIED_PRE_NORM)
-    settings = SearchSettings(beam_size=beam_size)
+    settings = SearchSettings.of(beam_size=beam_size)
     cached, cached_scores = (to_numpy(x) for x in search_ids(model, SOURCE, settings))
     uncached, uncached_scores = (to_numpy(x) for x in search_ids(model, SOURCE, settings, use_cache=False))
     np.testing.assert_array_equal(cached, uncached)
@@ -38,7 +38,7 @@ def test_beam_size_one_equals_greedy_on_a_model():
     greedy, _ = greedy_search(next_fn, state, 3, 9)
     beam, _ = beam_search(next_fn, expand_to_beams(state, 1), 3, 9, beam_size=1)
     np.testing.assert_array_equal(to_numpy(beam), to_numpy(greedy))
-    searched = search_ids(model, SOURCE, SearchSettings(beam_size=1, max_length=9))[0]
+    searched = search_ids(model, SOURCE, SearchSettings.of(beam_size=1, max_length=9))[0]
     np.testing.assert_array_equal(to_numpy(searched), to_numpy(greedy)[:, 1:])
 
 
@@ -47,7 +47,7 @@ def test_a_sentence_decodes_alike_alone_and_beside_a_longer_one(beam_size):
     model = random_model(num_layers=2, **UNTIED_PRE_NORM)
     bias = model.get_layer("output_projection").bias
     bias.assign(np.where(np.arange(17) == END, -1e4, to_numpy(bias)))  # the end token never wins: the limits bind
-    settings = SearchSettings(beam_size=beam_size)
+    settings = SearchSettings.of(beam_size=beam_size)
     alone_tokens, alone_scores = (to_numpy(x) for x in search_ids(model, SOURCE[1:2, :4], settings))
     tokens, scores = (to_numpy(x) for x in search_ids(model, SOURCE, settings))  # row 1 padded to 7
     assert alone_tokens.shape == (1, 16) and tokens.shape == (3, 21)  # ceil(1.5 * 4 + 10), ceil(1.5 * 7 + 10)
@@ -60,8 +60,8 @@ def test_a_sentence_decodes_alike_alone_and_beside_a_longer_one(beam_size):
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_translate_ids_nbest_starts_with_the_best(beam_size):
     model = random_model(num_layers=2, **UNTIED_PRE_NORM)
-    tokens, scores = (to_numpy(x) for x in search_ids(model, SOURCE, SearchSettings(beam_size=beam_size)))
-    searched = search_ids(model, SOURCE, SearchSettings(beam_size=beam_size, nbest=beam_size))
+    tokens, scores = (to_numpy(x) for x in search_ids(model, SOURCE, SearchSettings.of(beam_size=beam_size)))
+    searched = search_ids(model, SOURCE, SearchSettings.of(beam_size=beam_size, nbest=beam_size))
     nbest, nbest_scores = (to_numpy(x) for x in searched)
     assert nbest.shape == (3, beam_size, tokens.shape[1]) and nbest_scores.shape == (3, beam_size)
     np.testing.assert_array_equal(nbest[:, 0], tokens)
@@ -70,7 +70,7 @@ def test_translate_ids_nbest_starts_with_the_best(beam_size):
     assert all(len({tuple(h) for h in row}) == beam_size for row in nbest)  # distinct hypotheses
     if beam_size == 1:
         with pytest.raises(ValueError, match="nbest must be 1 to beam_size. Received: nbest=2, beam_size=1"):
-            SearchSettings(beam_size=1, nbest=2)
+            SearchSettings.of(beam_size=1, nbest=2)
 
 
 def test_translate_ids_samples_with_the_noise_it_is_given():
@@ -80,7 +80,7 @@ def test_translate_ids_samples_with_the_noise_it_is_given():
 
     def sample(noise, **kwargs):
         uniform = lambda shape: ops.convert_to_tensor(noise)  # noqa: E731
-        settings = SearchSettings(beam_size=1, sampling_topk=0, **kwargs)
+        settings = SearchSettings.of(beam_size=1, sampling_topk=0, **kwargs)
         return to_numpy(search_ids(model, SOURCE, settings, random_uniform=uniform)[0])
 
     first = sample(fixed[0])
@@ -88,14 +88,14 @@ def test_translate_ids_samples_with_the_noise_it_is_given():
     assert (sample(fixed[1]) != first).any()
     np.testing.assert_array_equal(sample(fixed[0], sampling_temperature=1e-4), to_numpy(search_ids(model, SOURCE)[0]))
     with pytest.raises(ValueError, match="sampling_topk samples with beam_size=1 only"):
-        SearchSettings(beam_size=2, sampling_topk=0)
+        SearchSettings.of(beam_size=2, sampling_topk=0)
 
 
 def test_translate_ids_limits_and_errors():
     model = random_model()
-    assert tuple(search_ids(model, SOURCE, SearchSettings(beam_size=1, max_length=5))[0].shape) == (3, 5)
+    assert tuple(search_ids(model, SOURCE, SearchSettings.of(beam_size=1, max_length=5))[0].shape) == (3, 5)
     with pytest.raises(ValueError, match="beam_size=0"):
-        SearchSettings(beam_size=0)
+        SearchSettings.of(beam_size=0)
     source = keras.Input((None,), dtype="int32")
     with pytest.raises(ValueError, match="Received: model 'not_a_transformer'"):
         search_ids(keras.Model(source, keras.layers.Embedding(5, 4)(source), name="not_a_transformer"), SOURCE)
@@ -108,13 +108,13 @@ def test_translate_ids_runs_in_a_tf_function_with_dynamic_shapes(beam_size):
 
     model = random_model()
     translate = tf.function(
-        lambda source: search_ids(model, source, SearchSettings(beam_size=beam_size)),
+        lambda source: search_ids(model, source, SearchSettings.of(beam_size=beam_size)),
         input_signature=[tf.TensorSpec([None, None], tf.int32)],
     )
     limits = tf.function(lambda source: decode_lengths(source, 20, 1.5, 10), input_signature=translate.input_signature)
     np.testing.assert_array_equal(limits(tf.constant(SOURCE)).numpy(), [19, 16, 20])
     for source in (SOURCE, SOURCE[:2, :4]):
-        eager_tokens, eager_scores = search_ids(model, source, SearchSettings(beam_size=beam_size))
+        eager_tokens, eager_scores = search_ids(model, source, SearchSettings.of(beam_size=beam_size))
         graph_tokens, graph_scores = translate(tf.constant(source))
         np.testing.assert_array_equal(graph_tokens.numpy(), to_numpy(eager_tokens))
         np.testing.assert_allclose(graph_scores.numpy(), to_numpy(eager_scores), atol=1e-5)

@@ -30,7 +30,7 @@ def test_an_ensemble_picks_each_token_by_the_mean_of_its_models_probabilities():
     """Greedy search over an ensemble against a hand loop: each step runs both models over the whole prefix, averages
     their probabilities, never picks pad or start, and pads after the end."""
     models = ensemble()
-    tokens, scores = (to_numpy(x) for x in search_ids(models, SOURCE, SearchSettings(beam_size=1, max_length=8)))
+    tokens, scores = (to_numpy(x) for x in search_ids(models, SOURCE, SearchSettings.of(beam_size=1, max_length=8)))
     # The prefix so far, then pad: the decoder is causal, so position t's logits see tokens 0..t only. One width for
     # every step, so that JAX compiles each model's ops once rather than once a prefix length (a minute of CI).
     prefix, total, done = np.full((3, 9), PAD, "int32"), np.zeros(3), np.zeros(3, bool)
@@ -52,14 +52,14 @@ def test_an_ensemble_picks_each_token_by_the_mean_of_its_models_probabilities():
     np.testing.assert_array_equal(tokens, prefix[:, 1:])
     np.testing.assert_allclose(scores, total, atol=1e-4)
     for model in models:  # the ensemble's choices are neither model's own
-        assert (to_numpy(search_ids(model, SOURCE, SearchSettings(beam_size=1, max_length=8))[0]) != tokens).any()
+        assert (to_numpy(search_ids(model, SOURCE, SearchSettings.of(beam_size=1, max_length=8))[0]) != tokens).any()
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_an_ensemble_of_one_model_twice_decodes_as_the_model(beam_size):
     model = random_model(num_layers=2, **UNTIED_PRE_NORM)
-    tokens, scores = (to_numpy(x) for x in search_ids(model, SOURCE, SearchSettings(beam_size=beam_size)))
-    twice, twice_scores = (to_numpy(x) for x in search_ids([model, model], SOURCE, SearchSettings(beam_size=beam_size)))
+    tokens, scores = (to_numpy(x) for x in search_ids(model, SOURCE, SearchSettings.of(beam_size=beam_size)))
+    twice, twice_scores = (to_numpy(x) for x in search_ids([model, model], SOURCE, SearchSettings.of(beam_size=beam_size)))
     np.testing.assert_array_equal(twice, tokens)
     np.testing.assert_allclose(twice_scores, scores, atol=1e-4)
 

@@ -37,7 +37,7 @@ def model_and_vocabularies():
 @pytest.fixture(scope="module")
 def translator(model_and_vocabularies):
     model, vocabularies = model_and_vocabularies
-    return TranslatorModule(model, vocabularies, SearchSettings(beam_size=3, max_length_b=5)), model
+    return TranslatorModule(model, vocabularies, SearchSettings.of(beam_size=3, max_length_b=5)), model
 
 
 def _reload_and_translate(export_dir, sentences):
@@ -73,7 +73,7 @@ def test_one_output_per_input_empty_in_empty_out(translator):
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_nbest_signature_lists_the_beam_best_first(model_and_vocabularies, beam_size):
     model, vocabularies = model_and_vocabularies
-    translator = TranslatorModule(model, vocabularies, SearchSettings(beam_size=beam_size, max_length_b=5))
+    translator = TranslatorModule(model, vocabularies, SearchSettings.of(beam_size=beam_size, max_length_b=5))
     text = tf.constant(SENTENCES)
     best, nbest = translator.translate(text=text), translator.translate_nbest(text=text)
     translations, scores = nbest["translations"].numpy(), nbest["scores"].numpy()
@@ -87,7 +87,7 @@ def test_nbest_signature_lists_the_beam_best_first(model_and_vocabularies, beam_
 def test_a_sampling_export_draws_new_translations_at_every_call(model_and_vocabularies, tmp_path):
     model, vocabularies = model_and_vocabularies
     sentences = ["Tuesday, March 5, 1996", "the 1st of june 2031", ""] * 4
-    sampling = SearchSettings(beam_size=1, sampling_topk=0, max_length_b=5)
+    sampling = SearchSettings.of(beam_size=1, sampling_topk=0, max_length_b=5)
     export_translator(TranslatorModule(model, vocabularies, sampling), tmp_path / "s")
     translate = tf.saved_model.load(str(tmp_path / "s")).signatures["translate"]
     first, second = (translate(text=tf.constant(sentences)) for _ in range(2))
@@ -101,7 +101,7 @@ def test_uncached_translator_gives_the_cached_translations(model_and_vocabularie
     text = tf.constant(SENTENCES)
     cached, uncached = (
         TranslatorModule(
-            model, vocabularies, SearchSettings(beam_size=beam_size, max_length_b=5), use_cache=use_cache
+            model, vocabularies, SearchSettings.of(beam_size=beam_size, max_length_b=5), use_cache=use_cache
         ).translate(text=text)
         for use_cache in (True, False)
     )
@@ -195,14 +195,14 @@ def test_an_ensemble_export_decodes_and_scores_with_every_model(model_and_vocabu
     )
     rng = np.random.default_rng(7)  # not keras.utils.set_random_seed: it would delete the tokenizers' resources
     other.set_weights([rng.normal(0.0, 0.3, w.shape).astype(w.dtype) for w in other.get_weights()])
-    ensemble = TranslatorModule([model, other], vocabularies, SearchSettings(beam_size=3, max_length_b=5))
+    ensemble = TranslatorModule([model, other], vocabularies, SearchSettings.of(beam_size=3, max_length_b=5))
     assert len(ensemble.model_variables) == len(model.variables) + len(other.variables)
     sentences = [SENTENCES[0], SENTENCES[3], "5 june 2001", "1 May 1990"]
     ids = vocabularies.source.tokenize(tf.constant(sentences))[:, :20].to_tensor()  # cut to the shorter max_length
-    tokens, _ = search_ids([model, other], ids, SearchSettings(beam_size=3, max_length_b=5, max_length=20))
+    tokens, _ = search_ids([model, other], ids, SearchSettings.of(beam_size=3, max_length_b=5, max_length=20))
     expected = [t.decode() for t in vocabularies.target.detokenize(tokens).numpy()]
     assert texts(ensemble, sentences) == expected
-    alone = TranslatorModule(model, vocabularies, SearchSettings(beam_size=3, max_length_b=5))
+    alone = TranslatorModule(model, vocabularies, SearchSettings.of(beam_size=3, max_length_b=5))
     assert texts(alone, sentences) != expected  # the second model counts
     targets = ["1996-03-05", "2031-06-01", "2001-06-05", "1990-05-01"]
     scored = ensemble.score(source=tf.constant(sentences), target=tf.constant(targets))["score"].numpy()

@@ -51,7 +51,7 @@ def test_export_loads_with_tf2_and_tf1_session_loaders(tmp_path, beam_size):
     model = Transformer(
         tokenizer.vocab_size, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.1, max_length=24
     )
-    translator = TranslatorModule(model, vocabularies, SearchSettings(beam_size=beam_size))
+    translator = TranslatorModule(model, vocabularies, SearchSettings.of(beam_size=beam_size))
     expected = translator.translate(np.array(INPUTS, dtype=object))
     expected = {
         "translation": [t.decode("utf-8") for t in expected["translation"].numpy()],

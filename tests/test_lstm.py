@@ -91,8 +91,8 @@ def test_cached_and_uncached_search_agree(batch):
     model = LSTM(**TINY)
     source = batch[0]
     for beam_size in (1, 3):
-        cached = search_ids(model, source, SearchSettings(beam_size=beam_size), use_cache=True)
-        uncached = search_ids(model, source, SearchSettings(beam_size=beam_size), use_cache=False)
+        cached = search_ids(model, source, SearchSettings.of(beam_size=beam_size), use_cache=True)
+        uncached = search_ids(model, source, SearchSettings.of(beam_size=beam_size), use_cache=False)
         np.testing.assert_array_equal(ops.convert_to_numpy(cached[0]), ops.convert_to_numpy(uncached[0]))
         np.testing.assert_allclose(ops.convert_to_numpy(cached[1]), ops.convert_to_numpy(uncached[1]), atol=1e-4)
 
@@ -105,7 +105,7 @@ def test_saved_model_reloads_in_a_fresh_process(tmp_path, batch):
     source, target_in = batch
     np.savez(inputs_path, source=source, target_in=target_in)
     expected = model_logits(model, source, target_in)
-    tokens = ops.convert_to_numpy(search_ids(model, source, SearchSettings(beam_size=2))[0])
+    tokens = ops.convert_to_numpy(search_ids(model, source, SearchSettings.of(beam_size=2))[0])
     script = (
         "import sys, numpy as np, keras, kmt.models.lstm\n"
         "from kmt.inference.decoding import search_ids\n"
@@ -113,7 +113,7 @@ def test_saved_model_reloads_in_a_fresh_process(tmp_path, batch):
         "m = keras.saving.load_model(sys.argv[1], safe_mode=True)\n"
         "b = {k: v.astype('int32') for k, v in np.load(sys.argv[2]).items()}\n"
         "out = m(b, training=False)\n"
-        "tokens = search_ids(m, b['source'], SearchSettings(beam_size=2))[0]\n"
+        "tokens = search_ids(m, b['source'], SearchSettings.of(beam_size=2))[0]\n"
         "np.savez(sys.argv[3], logits=keras.ops.convert_to_numpy(out), tokens=keras.ops.convert_to_numpy(tokens))\n"
     )
     out_path = tmp_path / "out.npz"
@@ -147,7 +147,7 @@ def test_model_learns_a_copy_task():
         _, accuracy = model.train_on_batch(model_inputs(source, target_in), labels)[:2]
     assert accuracy > 0.9
     source, _, labels = pairs(16)
-    tokens = ops.convert_to_numpy(search_ids(model, source, SearchSettings(beam_size=1, max_length=7))[0])
+    tokens = ops.convert_to_numpy(search_ids(model, source, SearchSettings.of(beam_size=1, max_length=7))[0])
     assert (tokens[:, :7] == labels).all(axis=1).mean() >= 0.75
 
 

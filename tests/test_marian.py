@@ -102,7 +102,7 @@ def test_greedy_outputs_equal_generate(imported):
         generated = reference.generate(**batch, generation_config=generation)[:, 1:].numpy()  # no start token
 
     _, _, model = load_run_model(run)
-    settings = SearchSettings(beam_size=1, max_length_a=0, max_length_b=LIMIT)
+    settings = SearchSettings.of(beam_size=1, max_length_a=0, max_length_b=LIMIT)
     tokens, _ = search_ids(model, inverse[batch["input_ids"].numpy()], settings)
 
     def until_end(row, end):

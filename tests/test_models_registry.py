@@ -40,7 +40,7 @@ def test_a_registered_toy_architecture_trains_decodes_and_exports(tmp_path):
     assert type(model) is ParallelTransformer and model.decoder_layers[0].cross_attention is not None
     assert type(load_run_model(tmp_path)[2]) is ParallelTransformer
     source = vocabularies.source.tokenize(tf.constant(["5 March 1996"])).to_tensor(default_value=0)
-    tokens, scores = search_ids(model, source, SearchSettings(beam_size=2))
+    tokens, scores = search_ids(model, source, SearchSettings.of(beam_size=2))
     assert tokens.shape[0] == 1 and np.isfinite(keras.ops.convert_to_numpy(scores)).all()
     translations = load(tmp_path / "export").translate(["5 March 1996", ""])
     assert len(translations) == 2 and translations[1] == ""

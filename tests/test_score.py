@@ -25,7 +25,7 @@ def test_score_ids_gives_the_search_its_own_scores():
     model = random_model(num_layers=2, **UNTIED_PRE_NORM)
     bias = model.get_layer("output_projection").bias
     bias.assign(np.where(np.arange(17) == END, 1.0, to_numpy(bias)))  # ends come early enough for every hypothesis
-    settings = SearchSettings(beam_size=3, nbest=3, length_penalty=0.0)
+    settings = SearchSettings.of(beam_size=3, nbest=3, length_penalty=0.0)
     tokens, scores = (to_numpy(x) for x in search_ids(model, SOURCE, settings))
     assert (tokens == END).any(axis=-1).all()
     hypotheses = np.where(tokens == END, PAD, tokens).reshape(9, -1)  # targets are given without their end token
@@ -49,7 +49,7 @@ def test_score_ids_gives_an_ensemble_search_its_own_scores():
     for model in models:  # ends come early enough for every hypothesis
         bias = model.get_layer("output_projection").bias
         bias.assign(np.where(np.arange(17) == END, 1.5, to_numpy(bias)))
-    searched = search_ids(models, SOURCE, SearchSettings(beam_size=3, nbest=3, length_penalty=0.0))
+    searched = search_ids(models, SOURCE, SearchSettings.of(beam_size=3, nbest=3, length_penalty=0.0))
     tokens, scores = (to_numpy(x) for x in searched)
     assert (tokens == END).any(axis=-1).all()
     hypotheses = np.where(tokens == END, PAD, tokens).reshape(9, -1)

@@ -11,19 +11,19 @@ from kmt.inference.settings import SearchSettings
 
 def test_from_config_reads_the_decode_section():
     settings = SearchSettings.from_config(DecodeConfig(beam_size=5, length_penalty=1.0, max_length_b=3))
-    assert settings == SearchSettings(beam_size=5, length_penalty=1.0, max_length_b=3)
-    assert SearchSettings.from_config({"beam_size": 1, "batch_size": 8}) == SearchSettings(beam_size=1)
+    assert settings == SearchSettings.of(beam_size=5, length_penalty=1.0, max_length_b=3)
+    assert SearchSettings.from_config({"beam_size": 1, "batch_size": 8}) == SearchSettings.of(beam_size=1)
     assert SearchSettings.from_config(DecodeConfig()) == SearchSettings()  # one set of defaults
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.beam_size = 2
 
 
 def test_replace_takes_the_flags_given_and_keeps_beam_and_sampling_apart():
-    sampling = SearchSettings(beam_size=1, sampling_topk=0, sampling_topp=0.9)
+    sampling = SearchSettings.of(beam_size=1, sampling_topk=0, sampling_topp=0.9)
     assert sampling.replace(beam_size=None, length_penalty=None) == sampling  # no flag given
-    assert sampling.replace(beam_size=4) == SearchSettings(beam_size=4)  # a beam asked for: no sampling
-    assert SearchSettings(beam_size=4).replace(sampling_topk=0) == SearchSettings(beam_size=1, sampling_topk=0)
-    assert sampling.greedy() == SearchSettings(beam_size=1)
+    assert sampling.replace(beam_size=4) == SearchSettings.of(beam_size=4)  # a beam asked for: no sampling
+    assert SearchSettings.of(beam_size=4).replace(sampling_topk=0) == SearchSettings.of(beam_size=1, sampling_topk=0)
+    assert sampling.greedy() == SearchSettings.of(beam_size=1)
     with pytest.raises(
         ValueError, match="sampling_topk samples with beam_size=1 only. Received: sampling_topk=0, beam_size=4"
     ):
@@ -44,7 +44,7 @@ def test_replace_takes_the_flags_given_and_keeps_beam_and_sampling_apart():
 )
 def test_a_bad_value_is_named(changes, message):
     with pytest.raises(KmtError) as error:  # a ValueError too, and one line at the command line
-        SearchSettings(**changes)
+        SearchSettings.of(**changes)
     assert isinstance(error.value, ValueError) and message in str(error.value)
 
 

@@ -88,10 +88,7 @@ class CTranslate2Exporter(Exporter):
 
     def check(self, settings, ensemble, models_arch):
         super().check(settings, ensemble, models_arch)
-        if settings.sampling:
-            raise KmtError(
-                "sampling is a SavedModel option; format ctranslate2 converts one run for greedy or beam search"
-            )
+        settings.strategy.require(self.name)  # what the strategy says it decodes in
         if models_arch != "transformer":
             raise KmtError(
                 f"format ctranslate2 converts Transformers only; this run trained model.arch="

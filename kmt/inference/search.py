@@ -7,7 +7,9 @@ axis 0 (beam search reorders it when beams are reordered). Both searches use `ke
 fixed-shape state, so they run under JAX and inside a TensorFlow `tf.function` (the exported SavedModel) with
 dynamic batch and length. The pad token is never emitted before the end token (its log-probability is set to -inf,
 as in fairseq), so pad only ever follows the end; nor is the start token (an imported Marian model's start token is
-its pad token). `kmt.inference.decoding` drives them with a Transformer's key/value cache (`kmt.inference.steps`).
+its pad token). Each takes an optional `prefix`, int `(B, P)` target ids each hypothesis must begin with (pad after
+each row's): while `index` is inside a sentence's prefix, its next token is the prefix's, and the search continues
+from there (CTranslate2's `target_prefix`, fairseq's `--prefix-size`). `kmt.inference.decoding` drives them with a Transformer's key/value cache (`kmt.inference.steps`).
 """
 
 import keras
@@ -37,6 +39,21 @@ def _write_column(tokens, column, values):
     """`tokens` (..., L+1) with `values` (...) written at `column` (a scalar tensor; no slice op needed)."""
     columns = ops.arange(ops.shape(tokens)[-1])  # (L+1,)
     return ops.where(ops.equal(columns, column), ops.expand_dims(values, -1), tokens)
+
+
+def _forced(prefix, index, pad_id):
+    """`(forced (N,) bool, token (N,) int32)`: whether the token after `index` is the prefix's (`prefix` int `(N, P)`,
+    pad after each row's ids), and that token."""
+    width = ops.shape(prefix)[1]
+    column = ops.reshape(ops.minimum(index, width - 1), (1,))
+    token = ops.cast(ops.take(prefix, column, axis=1)[:, 0], "int32")  # (N,)
+    return ops.logical_and(ops.less(index, width), ops.not_equal(token, pad_id)), token
+
+
+def _prefix_rows(prefix, pad_id):
+    """`prefix` as an int32 tensor with at least one column (all pad when it had none)."""
+    prefix = ops.convert_to_tensor(prefix, "int32")
+    return ops.pad(prefix, [[0, 0], [0, 1]], constant_values=pad_id)  # (N, P+1): a pad column past the end
 
 
 def _length_penalty(length, alpha):
@@ -72,7 +89,15 @@ def expand_to_beams(state, beam_size):
 
 
 def greedy_search(
-    next_fn, state, batch_size, max_length, start_id=START_ID, end_id=END_ID, pad_id=PAD_ID, max_lengths=None
+    next_fn,
+    state,
+    batch_size,
+    max_length,
+    start_id=START_ID,
+    end_id=END_ID,
+    pad_id=PAD_ID,
+    max_lengths=None,
+    prefix=None,
 ):
     """Emits the most probable token at each step until every sequence has emitted `end_id` or reached its limit.
 
@@ -86,6 +111,8 @@ def greedy_search(
         pad_id: int, the token after the end. Defaults to `kmt.special_ids.PAD_ID`.
         max_lengths: int `(B,)` each sentence's own limit (at most L); a sentence that reaches it is finished,
             pad follows. Defaults to `None`: L for every sentence.
+        prefix: int `(B, P)` ids each translation begins with, pad after each row's (see the module docstring).
+            Defaults to `None`.
 
     Returns `(tokens, scores)`: int32 `(B, L+1)` with the start token in column 0 and pad after each `end_id`,
     and float32 `(B,)` sums of the log-probabilities of the emitted tokens (end included).
@@ -94,13 +121,16 @@ def greedy_search(
     def most_probable(log_probs, index):
         return ops.cast(ops.argmax(log_probs, axis=-1), "int32")
 
-    return _step_search(next_fn, state, batch_size, max_length, most_probable, start_id, end_id, pad_id, max_lengths)
+    return _step_search(
+        next_fn, state, batch_size, max_length, most_probable, start_id, end_id, pad_id, max_lengths, prefix
+    )
 
 
-def _step_search(next_fn, state, batch_size, max_length, choose, start_id, end_id, pad_id, max_lengths):
+def _step_search(next_fn, state, batch_size, max_length, choose, start_id, end_id, pad_id, max_lengths, prefix):
     """One hypothesis per sentence, extended by `choose(log_probs (B, V), index) -> int32 (B,)` at each step until
     every sentence has emitted `end_id` or reached its limit; greedy and sampling search differ only in `choose`."""
     max_lengths = _sentence_limits(batch_size, max_length, max_lengths)  # (B,)
+    prefix = None if prefix is None else _prefix_rows(prefix, pad_id)  # (B, P+1)
     tokens = _start_tokens((batch_size,), max_length, start_id, pad_id)  # (B, L+1)
     scores = ops.zeros((batch_size,), "float32")
     finished = ops.less_equal(max_lengths, 0)  # (B,)
@@ -112,6 +142,9 @@ def _step_search(next_fn, state, batch_size, max_length, choose, start_id, end_i
         logits, state = next_fn(tokens, index, state)
         log_probs = _log_probs(logits, pad_id, start_id)  # (B, V)
         token = choose(log_probs, index)  # (B,)
+        if prefix is not None:
+            forced, prefix_token = _forced(prefix, index, pad_id)
+            token = ops.where(forced, prefix_token, token)
         token_log_prob = ops.take_along_axis(log_probs, token[:, None], axis=1)[:, 0]  # (B,)
         token = ops.where(finished, pad_id, token)
         scores = scores + ops.where(finished, 0.0, token_log_prob)
@@ -137,6 +170,7 @@ def sample_search(
     end_id=END_ID,
     pad_id=PAD_ID,
     max_lengths=None,
+    prefix=None,
 ):
     """Draws each token from the model's distribution (random sampling, for back-translation: Edunov et al., 2018).
 
@@ -147,8 +181,8 @@ def sample_search(
     sample, so tests can fix it and a SavedModel can draw it with a stateful op. `top_k=1` is greedy search. Like
     greedy search, a sentence ends at `end_id` or at its limit, and pad and start are never drawn.
 
-    `next_fn`, `state`, `batch_size`, `max_length`, `start_id`, `end_id`, `pad_id` and `max_lengths` are as for
-    `greedy_search`.
+    `next_fn`, `state`, `batch_size`, `max_length`, `start_id`, `end_id`, `pad_id`, `max_lengths` and `prefix` are
+    as for `greedy_search` (a prefix's tokens are not drawn, the noise of their steps goes unused).
 
     Args:
         noise: float `(B, L)` uniform numbers in [0, 1), one per sentence and step.
@@ -166,7 +200,7 @@ def sample_search(
     if not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1]. Received: top_p={top_p}")
     if top_k == 1:  # one candidate: nothing to draw
-        return greedy_search(next_fn, state, batch_size, max_length, start_id, end_id, pad_id, max_lengths)
+        return greedy_search(next_fn, state, batch_size, max_length, start_id, end_id, pad_id, max_lengths, prefix)
     noise = ops.convert_to_tensor(noise, "float32")
 
     def draw(log_probs, index):
@@ -188,7 +222,7 @@ def sample_search(
         below = ops.where(ops.take_along_axis(probs, below, axis=1) > 0, below, ops.argmax(probs, axis=-1)[:, None])
         return ops.cast(ops.take_along_axis(candidates, below, axis=1)[:, 0], "int32")
 
-    return _step_search(next_fn, state, batch_size, max_length, draw, start_id, end_id, pad_id, max_lengths)
+    return _step_search(next_fn, state, batch_size, max_length, draw, start_id, end_id, pad_id, max_lengths, prefix)
 
 
 def beam_search(
@@ -203,6 +237,7 @@ def beam_search(
     pad_id=PAD_ID,
     max_lengths=None,
     num_hypotheses=None,
+    prefix=None,
 ):
     """Beam search with the GNMT length penalty; returns each sentence's best finished hypothesis, or its n best.
 
@@ -234,6 +269,9 @@ def beam_search(
         max_lengths: int `(B,)` each sentence's own limit (at most L). Defaults to `None`: L for every sentence.
         num_hypotheses: int n, 1 to K: return the n best finished hypotheses of each sentence. Defaults to `None`:
             return the best one, without the hypothesis axis.
+        prefix: int `(B, P)` ids every hypothesis of a sentence begins with, pad after each row's: while a sentence
+            is inside its prefix only the prefix's token extends its beams (one beam stays alive, as at step 0).
+            Defaults to `None`.
 
     Returns `(tokens, scores)`: int32 `(B, L+1)` with the start token in column 0 and pad after the end token,
     and float32 `(B,)` scores `log p(Y) / lp(Y)`; with `num_hypotheses` n, `(B, n, L+1)` and `(B, n)`, best first.
@@ -246,6 +284,8 @@ def beam_search(
     b, k = batch_size, beam_size
     rows = ops.arange(b)[:, None] * k  # (B, 1): row of each sentence's beam 0 in the flat (B*K) layout
     max_lengths = _sentence_limits(b, max_length, max_lengths)  # (B,)
+    if prefix is not None:
+        prefix = ops.repeat(_prefix_rows(prefix, pad_id), k, axis=0)  # (B*K, P+1): each beam's row
 
     def cond(index, alive_tokens, alive_log_probs, finished_tokens, finished_scores, num_finished, state):
         penalty = ops.maximum(_length_penalty(index + 1, length_penalty), _length_penalty(max_lengths, length_penalty))
@@ -259,6 +299,10 @@ def beam_search(
         logits, state = next_fn(flat_tokens, index, state)
         log_probs = _log_probs(logits, pad_id, start_id)  # (B*K, V)
         vocab_size = ops.shape(log_probs)[-1]
+        if prefix is not None:  # inside its prefix a beam can only take the prefix's token
+            forced, prefix_token = _forced(prefix, index, pad_id)  # (B*K,) each
+            other = ops.not_equal(ops.arange(vocab_size)[None, :], prefix_token[:, None])  # (B*K, V)
+            log_probs = ops.where(ops.logical_and(forced[:, None], other), NEG_INF, log_probs)
         log_probs = ops.reshape(log_probs, (b, k, vocab_size)) + alive_log_probs[:, :, None]  # (B, K, V)
         candidate_log_probs, candidates = ops.top_k(ops.reshape(log_probs, (b, k * vocab_size)), 2 * k)  # (B, 2K)
         candidate_beams, candidate_tokens = candidates // vocab_size, candidates % vocab_size  # (B, 2K) each
@@ -267,6 +311,7 @@ def beam_search(
         # Finished: ends ranked among the K best, while the sentence has fewer than K finished hypotheses (so the
         # K slots of finished hypotheses always hold them all; merging is sorting them in).
         finishing = ops.logical_and(ends, ops.arange(2 * k)[None, :] < k)  # (B, 2K)
+        finishing = ops.logical_and(finishing, candidate_log_probs > NEG_INF)  # none from a dead beam
         finishing_count = ops.cumsum(ops.cast(finishing, "int32"), axis=1)  # (B, 2K)
         finishing = ops.logical_and(finishing, num_finished[:, None] + finishing_count <= k)
         num_finished = num_finished + ops.sum(ops.cast(finishing, "int32"), axis=1)
