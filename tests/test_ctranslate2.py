@@ -40,7 +40,7 @@ DATES = [
     "",
     "x" * 500,
 ]
-SEARCH = SearchSettings(beam_size=1, length_penalty=0.6, max_length_a=1.5, max_length_b=10)
+SEARCH = SearchSettings.of(beam_size=1, length_penalty=0.6, max_length_a=1.5, max_length_b=10)
 
 
 def kmt_search(model, rows, max_length_a, max_length_b, beam_size=1, length_penalty=0.0):
@@ -51,7 +51,7 @@ def kmt_search(model, rows, max_length_a, max_length_b, beam_size=1, length_pena
     source = np.full((len(rows), max(1, *map(len, rows))), PAD_ID, np.int32)
     for i, row in enumerate(rows):
         source[i, : len(row)] = row
-    settings = SearchSettings(
+    settings = SearchSettings.of(
         beam_size=beam_size, length_penalty=length_penalty, max_length_a=max_length_a, max_length_b=max_length_b
     )
     tokens, scores = search_ids(model, source, settings)

@@ -13,13 +13,13 @@ class Recorder(BatchedTranslator):
     """A translator that upper-cases its lines (its n-best list: then lower-cased, ...) and records the batches it
     was given."""
 
-    settings = SearchSettings(beam_size=2)
+    settings = SearchSettings.of(beam_size=2)
 
     def __init__(self, batch_size=2):
         self.batch_size = batch_size
         self.batches = []
 
-    def _translate_batch(self, lines, settings, nbest):
+    def _translate_batch(self, lines, settings, nbest, prefixes):
         self.batches.append(list(lines))
         return [
             [Hypothesis(line.upper() if k % 2 == 0 else line.lower(), float(len(line) - k)) for k in range(nbest)]

@@ -72,7 +72,13 @@ class KmtConverter(Converter):
         first = parts.encoder_layers[0]
         shape = dict(pre_norm=bool(first.norm_first), activation=ACTIVATIONS[first.activation])
         encoder = transformer_spec.TransformerEncoderSpec(len(parts.encoder_layers), first.num_heads, **shape)
-        decoder = transformer_spec.TransformerDecoderSpec(len(parts.decoder_layers), first.num_heads, **shape)
+        decoder = transformer_spec.TransformerDecoderSpec(
+            len(parts.decoder_layers),
+            first.num_heads,
+            alignment_layer=parts.alignment_layer_index(),  # the attention kmt's alignments read, head for head
+            alignment_heads=parts.alignment_heads or first.num_heads,
+            **shape,
+        )
         spec = transformer_spec.TransformerSpec(encoder, decoder)
 
         encoder.embeddings[0].weight = _array(parts.source_embedding.embeddings)

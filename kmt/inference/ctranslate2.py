@@ -7,7 +7,8 @@ for a joint vocabulary, else `source_vocabulary.json` and `target_vocabulary.jso
 model(s) (`joint.model`, or `source.model` and `target.model`, as in a run's `tokenizer/`) and `kmt_decode.json`,
 the search settings of the run's `decode` section (beam size, length penalty, output limits, `max_length`).
 
-Greedy search gives kmt's tokens: each sentence emits at most `min(max_length, ceil(max_length_a * S + max_length_b))`
+Greedy search gives kmt's tokens (from a target prefix too: CTranslate2's `target_prefix`), and word alignments are
+kmt's (CTranslate2's `return_attention`, from the layer and heads kmt's alignments read): each sentence emits at most `min(max_length, ceil(max_length_a * S + max_length_b))`
 tokens, its end token included, and the pad and start tokens are never emitted. Beam search differs in one thing,
 the length penalty: CTranslate2 ranks finished hypotheses by `log P(Y) / |Y|^alpha`, kmt by GNMT's
 `log P(Y) / ((5 + |Y|) / 6)^alpha`, so the two may choose different beams, and their scores are not comparable.
@@ -22,7 +23,6 @@ Example:
 ['1996-03-05']
 """
 
-import dataclasses
 import json
 import math
 from pathlib import Path
@@ -77,12 +77,8 @@ def export_ctranslate2(model, vocabularies, settings: SearchSettings, output, qu
     require_ctranslate2()
     from kmt.inference.ct2_converter import KmtConverter
 
-    if settings.sampling or settings.nbest not in (None, 1):
-        raise KmtError(
-            f"a CTranslate2 directory decodes with greedy or beam search, one hypothesis a sentence. "
-            f"Received: sampling_topk={settings.sampling_topk}, nbest={settings.nbest}"
-        )
-    written = {key: getattr(settings, key) for key in SEARCH_KEYS}
+    settings.strategy.require("ctranslate2")
+    written = {key: settings.options()[key] for key in SEARCH_KEYS}
     written["max_length"] = model.max_length
 
     def write(partial):
@@ -125,7 +121,7 @@ class CT2Translator(BatchedTranslator):
                 "one with `kmt-export RUN_DIR --format ctranslate2`"
             )
         written = read_json(path / SETTINGS, "export the run again with `kmt-export RUN_DIR --format ctranslate2`")
-        self.settings = SearchSettings(**written)
+        self.settings = SearchSettings.of(**written)
         self.max_length = written["max_length"]
         self.batch_size = batch_size
         self.vocabularies = Vocabularies.load(path)
@@ -146,13 +142,16 @@ class CT2Translator(BatchedTranslator):
                 f"CTranslate2 cannot load {path} on device {device!r} with compute type {compute_type!r}: {error}"
             ) from None
 
-    def search(self, sources, settings: SearchSettings | None = None):
+    def search(self, sources, settings: SearchSettings | None = None, prefixes=None):
         """Best translation of each row of source ids (lists or arrays, no start or end token): `(ids, scores)`, a
         list of int lists without start or end token and a list of float scores (greedy: the sum of the
-        log-probabilities, the end token's included; beam: divided by CTranslate2's length penalty).
+        log-probabilities, the end token's included; beam: divided by CTranslate2's length penalty; the prefix's
+        tokens are not scored).
 
         Rows are cut to the model's `max_length` tokens; `settings` (default: the exported ones) set the beam size,
-        length penalty and output limits (`max_length` at most the model's). An empty row gives `[]`, 0.
+        length penalty and output limits (`max_length` at most the model's). An empty row gives `[]`, 0. `prefixes`,
+        rows of target ids, are what each translation begins with; one longer than its sentence's limit gives
+        `[]` and a NaN score.
         """
         from kmt.inference.lengths import decode_length  # here: its module imports Keras, which this one does not need
 
@@ -165,6 +164,12 @@ class CT2Translator(BatchedTranslator):
         alpha = settings.length_penalty if settings.beam_size > 1 else 0  # CTranslate2 would divide greedy scores too
         search = dict(beam_size=settings.beam_size, length_penalty=alpha)
         nonempty = [i for i, row in enumerate(rows) if len(row) > self.vocabularies.source.added]
+        if prefixes is not None:
+            prefix_pieces = [[self.target_pieces[i] for i in row] for row in prefixes]
+            for i in [i for i in nonempty if len(prefix_pieces[i]) > limits[i]]:
+                results[i] = ([], math.nan)
+            nonempty = [i for i in nonempty if len(prefix_pieces[i]) <= limits[i]]
+            search["target_prefix"] = prefix_pieces
         padded = self._search_rows(rows, limits, nonempty, results, search)
         # kmt never emits the pad or start token. Suppressing them in CTranslate2 would renormalise the other tokens'
         # probabilities (kmt leaves their share out instead), so only a sentence that emitted one is decoded again.
@@ -180,13 +185,16 @@ class CT2Translator(BatchedTranslator):
             # One call at the batch's longest limit; a sentence whose output runs past its own (shorter) limit is
             # decoded again with that limit, with the others that share it. Greedy search stops where kmt's does.
             limit = max(limits[i] for i in pending)
+            options = dict(search)
+            if "target_prefix" in search:
+                options["target_prefix"] = [search["target_prefix"][i] for i in pending]
             outputs = self.translator.translate_batch(
                 [rows[i] for i in pending],
                 max_decoding_length=limit,
                 min_decoding_length=0,
                 max_input_length=0,
                 return_scores=True,
-                **search,
+                **options,
             )
             overlong = []
             for i, output in zip(pending, outputs):
@@ -201,22 +209,57 @@ class CT2Translator(BatchedTranslator):
         return padded
 
     def _checked(self, settings, nbest):
-        settings = dataclasses.replace(settings or self.settings, nbest=None if nbest == 1 else nbest)
+        settings = (settings or self.settings).replace(nbest=None if nbest == 1 else nbest)
         self._check(settings)
         return settings
 
     def _check(self, settings):
-        if settings.sampling or settings.nbest not in (None, 1):
-            raise KmtError(
-                "a CTranslate2 directory decodes with greedy or beam search, one hypothesis a sentence; "
-                "n-best lists and sampling come from a run or its SavedModel. Received: "
-                f"sampling_topk={settings.sampling_topk}, nbest={settings.nbest}"
-            )
+        settings.strategy.require("ctranslate2")
 
-    def _translate_batch(self, lines, settings, nbest):
-        ids, scores = self.search(self.vocabularies.source.encode(lines), settings)
+    def _translate_batch(self, lines, settings, nbest, prefixes):
+        prefix_ids = None if prefixes is None else self.vocabularies.target.encode(prefixes)
+        ids, scores = self.search(self.vocabularies.source.encode(lines), settings, prefix_ids)
         texts = self.vocabularies.target.decode([[i for i in row if i > END_ID] for row in ids])
         return [[Hypothesis(text, float(score))] for text, score in zip(texts, scores)]
+
+    def _align_batch(self, sources, targets):
+        """As the SavedModel's `align`: the target forced as CTranslate2's `target_prefix`, its attention read."""
+        import keras
+        import numpy as np
+
+        from kmt.inference.alignments import links, piece_kinds, word_alignment
+
+        source_rows = [row[: self.max_length] for row in self.vocabularies.source.encode(sources)]
+        target_rows = [row[: self.max_length - 1] for row in self.vocabularies.target.encode(targets)]
+        results = [()] * len(source_rows)
+        pending = [i for i in range(len(source_rows)) if len(target_rows[i]) and len(source_rows[i])]
+        if not pending:
+            return results
+        outputs = self.translator.translate_batch(
+            [[self.source_pieces[i] for i in source_rows[j]] for j in pending],
+            target_prefix=[[self.target_pieces[i] for i in target_rows[j]] for j in pending],
+            max_decoding_length=max(len(target_rows[j]) for j in pending),
+            min_decoding_length=0,
+            max_input_length=0,
+            beam_size=1,
+            return_attention=True,
+        )
+        width_s = max(len(source_rows[j]) for j in pending)
+        width_t = max(len(target_rows[j]) for j in pending)
+        attention = np.zeros((len(pending), width_t, width_s), np.float32)  # (B, T, S)
+        source = np.zeros((len(pending), width_s), np.int32)
+        target = np.zeros((len(pending), width_t), np.int32)
+        for b, (j, output) in enumerate(zip(pending, outputs)):
+            rows = np.asarray(output.attention[0], np.float32)[: len(target_rows[j])]  # the target's steps
+            attention[b, : len(rows), : len(source_rows[j])] = rows
+            source[b, : len(source_rows[j])] = source_rows[j]
+            target[b, : len(target_rows[j])] = target_rows[j]
+        best = word_alignment(
+            attention, source, target, piece_kinds(self.vocabularies.source), piece_kinds(self.vocabularies.target)
+        )
+        for j, row in zip(pending, keras.ops.convert_to_numpy(best)):
+            results[j] = links(row)
+        return results
 
     def _score_batch(self, sources, targets):
         """As the SavedModel's `score`: the log-probabilities of the target's tokens and the end token."""

@@ -18,8 +18,12 @@ def export_translator(translator, directory):
         "translate": translator.translate,
         "serving_default": translator.translate,
         "translate_nbest": translator.translate_nbest,
+        "translate_prefix": translator.translate_prefix,
         "score": translator.score,
     }
+    for name in ("translate_align", "align"):  # a Transformer's: alignments come from its cross-attention
+        if hasattr(translator, name):
+            signatures[name] = getattr(translator, name)
     write_atomically(directory, lambda partial: tf.saved_model.save(translator, str(partial), signatures=signatures))
     size = sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
     logger.info("exported a SavedModel to %s (%.1f MB)", directory, size / 1e6)

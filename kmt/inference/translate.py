@@ -25,7 +25,9 @@ def map_sorted(fn, items, batch_size=64, key=len, progress=False, verb="translat
     return results
 
 
-def translate_stream(translator, lines, *, settings=None, nbest=1, buffer_size=1000, progress=False):
+def translate_stream(
+    translator, lines, *, settings=None, nbest=1, buffer_size=1000, progress=False, prefixes=None, alignments=False
+):
     """Yields each line's `nbest` best `kmt.inference.translators.Hypothesis`es for each line of the iterable `lines`,
     in order, as soon as it is translated by `translator` (a `kmt.inference.translators.Translator`, searching with
     `settings`, its own by default).
@@ -33,10 +35,26 @@ def translate_stream(translator, lines, *, settings=None, nbest=1, buffer_size=1
     Reads `buffer_size` lines at a time and translates them together (sorted by length within the buffer), so a
     large file never sits in memory whole, its translations come out while it is read, and a `buffer_size` of 1
     answers each line as it arrives (an interactive session; fairseq-interactive's `--buffer-size`).
+
+    `prefixes`, an iterable of one target prefix per line, and `alignments` are `Translator.translate`'s; a
+    `KmtError` says which of the two ran out first when they are not as long as each other.
     """
+    from kmt.errors import KmtError
+
     lines, done, started = iter(lines), 0, time.perf_counter()
+    prefixes = None if prefixes is None else iter(prefixes)
     while chunk := list(itertools.islice(lines, buffer_size)):
-        yield from translator.translate(chunk, settings=settings, nbest=nbest)
+        options = dict(settings=settings, nbest=nbest, alignments=alignments)
+        if prefixes is not None:
+            options["prefixes"] = list(itertools.islice(prefixes, len(chunk)))
+            if len(options["prefixes"]) < len(chunk):
+                raise KmtError(
+                    f"the prefixes end at line {done + len(options['prefixes'])}, before the input does: give one "
+                    "prefix a line (an empty line for none)"
+                )
+        yield from translator.translate(chunk, **options)
         done += len(chunk)
         if progress:
             logger.info("translated %d sentences (%.1f/s)", done, done / (time.perf_counter() - started))
+    if prefixes is not None and next(prefixes, None) is not None:
+        raise KmtError(f"the prefixes go on past the input's {done} lines: give one prefix a line")

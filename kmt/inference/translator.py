@@ -13,25 +13,34 @@ each translation, `score`: float32 `[None]` (its tokens' and the end token's; Na
 or which has a side longer than the model's `max_length`), and `length`: int32 `[None]`, the count of tokens
 scored (forced decoding; fairseq's `--score-reference`).
 
+`translate_prefix` takes `text` and `prefix`, tf.string `[None]` each, and returns `translation` and `score` as
+`translate` does, each translation beginning with its prefix (token for token after the target tokenizer; an empty
+prefix is an ordinary translation); a prefix longer than its sentence's output limit gives "" and a NaN score.
+A Transformer's export also has `translate_align`, which returns `translate`'s outputs and `alignment`: tf.string
+`[None]`, the translation's word alignment as Pharaoh links `i-j` (source word i, target word j over
+whitespace-separated words; `kmt.inference.alignments`), and `align`, which takes `source` and `target` and returns
+the pairs' `alignment` (forced alignment).
+
 An ensemble (a list of models sharing one vocabulary) exports the same signatures; its search and `score` take the
 mean of the models' probabilities at each step (`kmt.inference.ensemble`). `export.export_translator` writes it.
 
 Only the model's weights are saved, once each, through the `tf.Module` object graph; no optimizer state.
 """
 
-import dataclasses
-
 import keras
 import tensorflow as tf
 
+from kmt.inference.alignments import alignments_graph, attention_ids, piece_kinds
 from kmt.inference.decoding import search_ids
 from kmt.inference.ensemble import ensemble_members
+from kmt.inference.lengths import decode_lengths
 from kmt.inference.score import score_ids
 from kmt.inference.settings import SearchSettings
-from kmt.special_ids import PAD_ID
+from kmt.special_ids import END_ID, PAD_ID
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 PAIR_SPECS = [tf.TensorSpec([None], tf.string, name="source"), tf.TensorSpec([None], tf.string, name="target")]
+PREFIX_SPECS = [TEXT_SPEC, tf.TensorSpec([None], tf.string, name="prefix")]
 
 
 class TranslatorModule(tf.Module):
@@ -70,21 +79,31 @@ class TranslatorModule(tf.Module):
         settings = settings or SearchSettings()
         max_length = settings.max_length or min(member.max_length for member in models)
         beam_size = settings.beam_size
-        settings = dataclasses.replace(settings, max_length=max_length, nbest=beam_size)  # searches the whole beam
+        settings = settings.replace(max_length=max_length, nbest=beam_size)  # searches the whole beam
         source_tokenizer, target_tokenizer = vocabularies.source, vocabularies.target
 
-        def search_text(text):
+        def source_ids(text):
             ids = source_tokenizer.tokenize(text)[:, :max_length]  # (B, None) ragged, truncated
             source = ids.to_tensor(default_value=PAD_ID)  # (B, S)
             source = tf.pad(source, [[0, 0], [0, tf.maximum(1 - tf.shape(source)[1], 0)]])  # S >= 1 if all empty
+            return source, ids.row_lengths() <= source_tokenizer.added
+
+        def search(source, prefix=None):
             tokens, scores = search_ids(  # (B, K, L), (B, K)
                 model,
                 source,
                 settings,
                 use_cache=use_cache,
                 random_uniform=lambda shape: tf.random.uniform(shape),  # a stateful op: new draws every call
+                prefix=prefix,
+                hypotheses=True,
             )
-            return tokens, tf.cast(scores, tf.float32), ids.row_lengths() <= source_tokenizer.added
+            return tokens, tf.cast(scores, tf.float32)
+
+        def search_text(text):
+            source, empty = source_ids(text)
+            tokens, scores = search(source)
+            return tokens, scores, empty, source
 
         # Traced once: both signatures call this graph function. It searches for the K best, so its early stop
         # waits until no alive beam can still enter them (or K have finished); the best is the same as a 1-best
@@ -93,16 +112,19 @@ class TranslatorModule(tf.Module):
         # calls took most of the tracing (5.3 s of a first trace, against 1.4 s without, on the CI machine).
         search_text = tf.function(search_text, autograph=False)
 
-        def translate(text):
-            tokens, scores, empty = search_text(text)
+        def best(tokens, scores, empty):  # translate's outputs from a search's
             translation = target_tokenizer.detokenize(tokens[:, 0])  # (B,)
             return {
                 "translation": tf.where(empty, tf.constant(""), translation),
                 "score": tf.where(empty, tf.zeros_like(scores[:, 0]), scores[:, 0]),
             }
 
+        def translate(text):
+            tokens, scores, empty, _ = search_text(text)
+            return best(tokens, scores, empty)
+
         def translate_nbest(text):
-            tokens, scores, empty = search_text(text)
+            tokens, scores, empty, _ = search_text(text)
             translations = target_tokenizer.detokenize(tf.reshape(tokens, [-1, tf.shape(tokens)[2]]))  # (B*K,)
             translations = tf.reshape(translations, [-1, beam_size])  # (B, K), K static in the signature
             return {
@@ -128,6 +150,45 @@ class TranslatorModule(tf.Module):
                 "length": tf.cast(target_ids.row_lengths() + 1, tf.int32),
             }
 
+        def translate_prefix(text, prefix):
+            source, empty = source_ids(text)
+            prefix_ids = target_tokenizer.tokenize(prefix)  # (B, None) ragged
+            limits = decode_lengths(source, max_length, settings.max_length_a, settings.max_length_b)  # (B,)
+            fits = prefix_ids.row_lengths() <= tf.cast(limits, tf.int64)  # (B,)
+            prefix_ids = tf.where(fits[:, None], prefix_ids.to_tensor(default_value=PAD_ID), PAD_ID)  # (B, P)
+            tokens, scores = search(source, prefix_ids)
+            translation = target_tokenizer.detokenize(tokens[:, 0])  # (B,)
+            return {
+                "translation": tf.where(empty | ~fits, tf.constant(""), translation),
+                "score": tf.where(empty, 0.0, tf.where(fits, scores[:, 0], float("nan"))),
+            }
+
         self.translate = tf.function(translate, input_signature=[TEXT_SPEC], autograph=False)
         self.translate_nbest = tf.function(translate_nbest, input_signature=[TEXT_SPEC], autograph=False)
+        self.translate_prefix = tf.function(translate_prefix, input_signature=PREFIX_SPECS, autograph=False)
         self.score = tf.function(score, input_signature=PAIR_SPECS, autograph=False)
+        if not hasattr(models[0], "alignment"):  # alignments come from a Transformer's cross-attention
+            return
+        source_kinds = tf.constant(piece_kinds(source_tokenizer))  # (V_source,)
+        target_kinds = tf.constant(piece_kinds(target_tokenizer))  # (V_target,)
+
+        def alignment(source, target):  # target (B, T): the pieces, the end token, pad
+            attention = attention_ids(model, source, target)  # (B, T, S)
+            return alignments_graph(attention, source, target, source_kinds, target_kinds)
+
+        def translate_align(text):
+            tokens, scores, empty, source = search_text(text)
+            outputs = best(tokens, scores, empty)
+            aligned = alignment(source, tokens[:, 0])
+            return {**outputs, "alignment": tf.where(empty, tf.constant(""), aligned)}
+
+        def align(source, target):
+            source_ids_ = source_tokenizer.tokenize(source)[:, :max_length].to_tensor(default_value=PAD_ID)
+            source_ids_ = tf.pad(source_ids_, [[0, 0], [0, tf.maximum(1 - tf.shape(source_ids_)[1], 0)]])
+            target_ids = target_tokenizer.tokenize(target)[:, : max_length - 1]  # (B, None)
+            ends = tf.fill([target_ids.nrows(), 1], END_ID)  # the end token's step too, as in a search
+            target_ids = tf.concat([target_ids, tf.RaggedTensor.from_tensor(ends)], axis=1).to_tensor(PAD_ID)
+            return {"alignment": alignment(source_ids_, target_ids)}
+
+        self.translate_align = tf.function(translate_align, input_signature=[TEXT_SPEC], autograph=False)
+        self.align = tf.function(align, input_signature=PAIR_SPECS, autograph=False)

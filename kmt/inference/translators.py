@@ -2,16 +2,19 @@
 (`KerasTranslator`, any backend) and a SavedModel export (`SavedModelTranslator`); the third, a CTranslate2
 directory, is `kmt.inference.ctranslate2.CT2Translator`. `kmt.inference.loading.load_translator` opens any of them.
 
-Every translator translates lines (`translate`) and scores pairs (`score`) in batches of similar length
-(`kmt.inference.translate.map_sorted`) and returns the results in input order: result i is line i's, empty lines
-included (they translate to "" with score 0).
+Every translator translates lines (`translate`, optionally each from a target prefix and with word alignments),
+scores pairs (`score`) and aligns pairs (`align`) in batches of similar length (`kmt.inference.translate.map_sorted`)
+and returns the results in input order: result i is line i's, empty lines included (they translate to "" with
+score 0).
 
 Example:
 >>> translator = load_translator("runs/dates/<time>")  # doctest: +SKIP
 >>> translator.translate(["Tuesday, March 5, 1996"])  # doctest: +SKIP
 ['1996-03-05']
 >>> translator.translate(["5 march 96"], settings=translator.settings.replace(beam_size=8), nbest=2)  # doctest: +SKIP
-[[Hypothesis(text='1996-03-05', score=-0.01), Hypothesis(text='1996-05-03', score=-5.2)]]
+[[Hypothesis(text='1996-03-05', score=-0.01, alignment=None), Hypothesis(text='1996-05-03', score=-5.2, ...)]]
+>>> translator.translate(["5 march 96"], prefixes=["1996-05"], alignments=True)  # doctest: +SKIP
+[Hypothesis(text='1996-05-03', score=-5.2, alignment=((2, 0),))]
 """
 
 import dataclasses
@@ -24,14 +27,17 @@ import numpy as np
 from kmt.errors import KmtError
 from kmt.inference.settings import SearchSettings, SettingsError
 from kmt.inference.translate import map_sorted
-from kmt.special_ids import PAD_ID
+from kmt.special_ids import END_ID, PAD_ID
 
 
 class Hypothesis(NamedTuple):
-    """One translation and its score (the log-probability, divided by the length penalty under beam search)."""
+    """One translation, its score (the log-probability, divided by the length penalty under beam search) and, when
+    asked for, its word alignment: `(source word, target word)` pairs over whitespace-separated words
+    (`kmt.inference.alignments`)."""
 
     text: str
     score: float
+    alignment: tuple[tuple[int, int], ...] | None = None
 
 
 class Score(NamedTuple):
@@ -54,12 +60,21 @@ class Translator(Protocol):
     settings: SearchSettings | None
 
     def translate(
-        self, lines: Sequence[str], *, settings: SearchSettings | None = None, nbest: int | None = None
-    ) -> list[str] | list[list["Hypothesis"]]:
+        self,
+        lines: Sequence[str],
+        *,
+        settings: SearchSettings | None = None,
+        nbest: int | None = None,
+        prefixes: Sequence[str] | None = None,
+        alignments: bool = False,
+    ) -> list[str] | list["Hypothesis"] | list[list["Hypothesis"]]:
         """Each line's best translation (`nbest` None), or its `nbest` best `Hypothesis`es, best first."""
 
     def score(self, sources: Sequence[str], targets: Sequence[str]) -> list["Score"]:
         """Each pair's `Score`: the log-probability of `targets[i]` as a translation of `sources[i]`."""
+
+    def align(self, sources: Sequence[str], targets: Sequence[str]) -> list[tuple[tuple[int, int], ...]]:
+        """Each pair's word alignment, `(source word, target word)` pairs (forced alignment)."""
 
 
 class BatchedTranslator:
@@ -75,31 +90,83 @@ class BatchedTranslator:
         *,
         settings: SearchSettings | None = None,
         nbest: int | None = None,
+        prefixes: Sequence[str] | None = None,
+        alignments: bool = False,
         progress: bool = False,
-    ) -> list[str] | list[list[Hypothesis]]:
+        long_prefixes: str = "raise",
+    ) -> list[str] | list[Hypothesis] | list[list[Hypothesis]]:
         """Translates `lines`, a sequence of str: a list of str (`nbest` None), or of each line's `nbest` best
-        `Hypothesis`es, best first. Inputs are cut to the model's `max_length` tokens.
+        `Hypothesis`es, best first (or one `Hypothesis` a line with `alignments` and no `nbest`). Inputs are cut to
+        the model's `max_length` tokens.
 
-        Settings and `nbest` are checked before any line is translated (`SettingsError`, or `KmtError` for what this
-        kind of translator cannot do), so an empty call checks them.
+        Settings, `nbest`, `prefixes` and `alignments` are checked before any line is translated (`SettingsError`,
+        or `KmtError` for what this kind of translator cannot do), so an empty call checks them.
 
         Args:
             lines: the sentences to translate.
             settings: the `SearchSettings` to search with (their `nbest` is this call's). Defaults to `None`: the
                 translator's own.
             nbest: int n: return the n best hypotheses of each line, n at most the beam size. Defaults to `None`.
+            prefixes: one str per line that its translation must begin with ("" for none), the search continuing
+                from it (CTranslate2's `target_prefix`). A prefix longer than its sentence's output limit is a
+                `KmtError` naming its line. Defaults to `None`.
+            alignments: give each hypothesis its word `alignment` (`align` on the translation). Defaults to `False`.
             progress: log `translated done/total (lines/s)` after each batch. Defaults to `False`.
+            long_prefixes: `"raise"` a `KmtError` for a prefix longer than its sentence's limit, or `"keep"` going:
+                that line translates to "" with a NaN score (as the SavedModel's `translate_prefix` answers; what a
+                server does, one request's prefix not failing the others batched with it). Defaults to `"raise"`.
         """
         if nbest is not None and nbest < 1:
             raise SettingsError(f"nbest must be positive. Received: nbest={nbest}")
+        lines = list(lines)
+        if prefixes is not None:
+            prefixes = list(prefixes)
+            if len(prefixes) != len(lines):
+                raise KmtError(f"translate takes one prefix a line. Received: {len(lines)} lines, {len(prefixes)} prefixes")
         settings = self._checked(settings, nbest or 1)
+        self._check_features(prefixes=prefixes is not None, alignments=alignments, nbest=nbest or 1)
+        items = list(zip(lines, prefixes)) if prefixes is not None else [(line, "") for line in lines]
         results = map_sorted(
-            lambda batch: self._translate_batch(batch, settings, nbest or 1),
-            list(lines),
+            lambda batch: self._translate_batch(
+                [line for line, _ in batch], settings, nbest or 1, [p for _, p in batch] if prefixes else None
+            ),
+            items,
             self.batch_size,
+            key=lambda item: len(item[0]),
             progress=progress,
         )
-        return [hypotheses[0].text for hypotheses in results] if nbest is None else results
+        for i, prefix in enumerate(prefixes if prefixes and long_prefixes == "raise" else ()):
+            if prefix and math.isnan(results[i][0].score):
+                raise KmtError(
+                    f"line {i + 1}: the prefix {prefix[:60]!r} is longer than the sentence's output limit, "
+                    "min(max_length, ceil(max_length_a * source tokens + max_length_b)) tokens"
+                )
+        if alignments:
+            pairs = [(line, h.text) for line, hypotheses in zip(lines, results) for h in hypotheses]  # "" aligns none
+            found = iter(self.align(*zip(*pairs)) if pairs else ())
+            results = [[h._replace(alignment=next(found)) for h in hypotheses] for hypotheses in results]
+        if nbest is None:
+            return [hypotheses[0] if alignments else hypotheses[0].text for hypotheses in results]
+        return results
+
+    def align(self, sources: Sequence[str], targets: Sequence[str], *, progress: bool = False):
+        """The word alignment of each `(sources[i], targets[i])` pair, as `(source word, target word)` pairs over
+        whitespace-separated words (forced alignment: the model's attention over the given translation; Marian's
+        `--alignment hard`). An empty side aligns nothing."""
+        sources, targets = list(sources), list(targets)
+        if len(sources) != len(targets):
+            raise KmtError(
+                f"align takes as many targets as sources. Received: {len(sources)} sources, {len(targets)} targets"
+            )
+        self._check_features(alignments=True)
+        return map_sorted(
+            lambda batch: self._align_batch(*zip(*batch)),
+            list(zip(sources, targets)),
+            self.batch_size,
+            key=lambda pair: len(pair[0]) + len(pair[1]),
+            progress=progress,
+            verb="aligned",
+        )
 
     def score(self, sources: Sequence[str], targets: Sequence[str], *, progress: bool = False) -> list[Score]:
         """The `Score` of each `(sources[i], targets[i])` pair (forced decoding; fairseq's `--score-reference`)."""
@@ -119,12 +186,19 @@ class BatchedTranslator:
 
     def _checked(self, settings, nbest):
         """The settings to search with: `settings` or the translator's own, with `nbest`."""
-        return dataclasses.replace(settings or self.settings, nbest=nbest)
+        return (settings or self.settings).replace(nbest=nbest)
 
-    def _translate_batch(self, lines, settings, nbest):  # -> [[Hypothesis] * nbest for each line]
+    def _check_features(self, prefixes=False, alignments=False, nbest=1):
+        """Raises a `KmtError` for what this translator cannot do (prefixes, alignments, n-best lists with a
+        prefix), naming what can."""
+
+    def _translate_batch(self, lines, settings, nbest, prefixes):  # -> [[Hypothesis] * nbest for each line]
         raise NotImplementedError
 
     def _score_batch(self, sources, targets):  # -> [Score for each pair]
+        raise NotImplementedError
+
+    def _align_batch(self, sources, targets):  # -> [alignment pairs for each pair]
         raise NotImplementedError
 
 
@@ -151,7 +225,8 @@ def padded(rows, width=None):
 class KerasTranslator(BatchedTranslator):
     """Text to text with a Keras model, under any backend: the `kmt.inference.translator.TranslatorModule` graph
     (tokenizer, search and detokenizer traced once per `SearchSettings`, as the SavedModel holds it) under
-    TensorFlow; under JAX and PyTorch `search_ids` on ids from the `sentencepiece` library, with no TensorFlow.
+    TensorFlow; elsewhere, and for prefixes and alignments, `search_ids` and `attention_ids` on ids from the
+    `sentencepiece` library.
 
     Args:
         model: a kmt model, or a list of models sharing `vocabularies`: an ensemble.
@@ -170,21 +245,40 @@ class KerasTranslator(BatchedTranslator):
         self.max_length = max_length_of(ensemble_members(model))
         self._modules = {}  # SearchSettings -> TranslatorModule, under TensorFlow
 
-    def _translate_batch(self, lines, settings, nbest):
+    def _check_features(self, prefixes=False, alignments=False, nbest=1):
+        from kmt.inference.alignments import require_alignment
+        from kmt.inference.ensemble import ensemble_members
+
+        if alignments:
+            require_alignment(ensemble_members(self.model)[0])
+
+    def _translate_batch(self, lines, settings, nbest, prefixes):
         import keras
 
-        if keras.backend.backend() == "tensorflow":
-            return self._translate_graph(lines, dataclasses.replace(settings, nbest=None), nbest)
+        if keras.backend.backend() == "tensorflow" and prefixes is None:
+            return self._translate_graph(lines, settings.replace(nbest=None), nbest)
         from kmt.inference.decoding import search_ids
+        from kmt.inference.lengths import decode_length
 
         settings = dataclasses.replace(settings, max_length=settings.max_length or self.max_length)
         rows = [ids[: settings.max_length] for ids in self.vocabularies.source.encode(lines)]  # as the graph cuts them
-        tokens, scores = search_ids(self.model, padded(rows), settings)
+        prefix, too_long = None, set()
+        if prefixes is not None:
+            prefix_rows = self.vocabularies.target.encode(prefixes)
+            limits = [
+                decode_length(len(row), settings.max_length, settings.max_length_a, settings.max_length_b)
+                for row in rows
+            ]
+            too_long = {i for i, (p, limit) in enumerate(zip(prefix_rows, limits)) if len(p) > limit}
+            prefix = padded([[] if i in too_long else p for i, p in enumerate(prefix_rows)])
+        tokens, scores = search_ids(self.model, padded(rows), settings, prefix=prefix, hypotheses=True)
         tokens, scores = keras.ops.convert_to_numpy(tokens), keras.ops.convert_to_numpy(scores)  # (B, n, L), (B, n)
         texts = self.vocabularies.target.decode(tokens.reshape(-1, tokens.shape[-1]))
         return [
             [
-                Hypothesis(texts[i * nbest + k], float(scores[i, k]))
+                Hypothesis("", math.nan)
+                if i in too_long
+                else Hypothesis(texts[i * nbest + k], float(scores[i, k]))
                 if len(row) > self.vocabularies.source.added
                 else Hypothesis("", 0.0)
                 for k in range(nbest)
@@ -223,6 +317,24 @@ class KerasTranslator(BatchedTranslator):
                 results[i] = Score(float(value), results[i].tokens)
         return results
 
+    def _align_batch(self, sources, targets):
+        import keras
+
+        from kmt.inference.alignments import attention_ids, links, piece_kinds, word_alignment
+
+        source_rows = [row[: self.max_length] for row in self.vocabularies.source.encode(sources)]
+        target_rows = [row[: self.max_length - 1] for row in self.vocabularies.target.encode(targets)]
+        target = padded([[*row, END_ID] for row in target_rows])  # the end token's step too, as in a search
+        attention = attention_ids(self.model, padded(source_rows), target)
+        best = word_alignment(
+            attention,
+            padded(source_rows),
+            target,
+            piece_kinds(self.vocabularies.source),
+            piece_kinds(self.vocabularies.target),
+        )
+        return [links(row) for row in keras.ops.convert_to_numpy(best)]
+
 
 def translate_signatures(translate, translate_nbest, text, nbest):
     """`[[Hypothesis] * nbest for each line]` from a `translate` signature (nbest 1) or a `translate_nbest` one."""
@@ -241,7 +353,8 @@ def translate_signatures(translate, translate_nbest, text, nbest):
 
 class SavedModelTranslator(BatchedTranslator):
     """Text to text with a kmt SavedModel export (`kmt-export`, a run's `export/`): its `translate`,
-    `translate_nbest` and `score` signatures, with the search settings baked in (`settings` is None).
+    `translate_nbest`, `translate_prefix`, `score` and `align` signatures, with the search settings baked in
+    (`settings` is None).
 
     Args:
         path: the SavedModel directory.
@@ -261,12 +374,13 @@ class SavedModelTranslator(BatchedTranslator):
             raise KmtError(f"{path} has no 'translate' signature; was it exported by kmt?")
 
     def signature(self, name):
-        """The SavedModel's signature `name` (`translate`, `translate_nbest`, `score`)."""
+        """The SavedModel's signature `name` (`translate`, `translate_nbest`, `translate_prefix`, `translate_align`,
+        `score`, `align`)."""
         if name not in self.signatures:
-            raise KmtError(
-                f"{self.path} has no '{name}' signature: it was exported by an older kmt; export the run "
-                "again with `kmt-export RUN_DIR`"
-            )
+            why = "it was exported by an older kmt; export the run again with `kmt-export RUN_DIR`"
+            if name in ("align", "translate_align") and "translate_prefix" in self.signatures:
+                why = "its model cannot align (alignments come from a Transformer's cross-attention)"
+            raise KmtError(f"{self.path} has no '{name}' signature: {why}")
         return self.signatures[name]
 
     @property
@@ -287,11 +401,39 @@ class SavedModelTranslator(BatchedTranslator):
             )
         return None
 
-    def _translate_batch(self, lines, settings, nbest):
+    def _check_features(self, prefixes=False, alignments=False, nbest=1):
+        if prefixes:
+            self.signature("translate_prefix")
+            if nbest > 1:
+                raise KmtError(
+                    f"{self.path} is a SavedModel, whose translate_prefix gives the best translation: n-best "
+                    "lists with prefixes come from the run directory (`kmt-translate RUN_DIR --prefixes FILE`)"
+                )
+        if alignments:
+            self.signature("align")
+
+    def _translate_batch(self, lines, settings, nbest, prefixes):
         import tensorflow as tf
 
+        text = tf.constant(lines, tf.string)
+        if prefixes is not None:
+            outputs = self.signatures["translate_prefix"](text=text, prefix=tf.constant(prefixes, tf.string))
+            return [
+                [Hypothesis(t.decode("utf-8"), float(s))]
+                for t, s in zip(outputs["translation"].numpy(), outputs["score"].numpy())
+            ]
         nbest_signature = None if nbest == 1 else self.signature("translate_nbest")
-        return translate_signatures(self.signatures["translate"], nbest_signature, tf.constant(lines, tf.string), nbest)
+        return translate_signatures(self.signatures["translate"], nbest_signature, text, nbest)
+
+    def _align_batch(self, sources, targets):
+        import tensorflow as tf
+
+        from kmt.inference.alignments import parse_pharaoh
+
+        outputs = self.signatures["align"](
+            source=tf.constant(sources, tf.string), target=tf.constant(targets, tf.string)
+        )
+        return [parse_pharaoh(line.decode("utf-8")) for line in outputs["alignment"].numpy()]
 
     def _score_batch(self, sources, targets):
         import tensorflow as tf

@@ -54,6 +54,11 @@ class Transformer(Seq2SeqModel):
             probability, the rest scaled by 1 / (1 - rate). Defaults to `0.0` (no layer is added).
         target_word_dropout: float. The same on the decoder's input (the shifted target). Defaults to `0.0`.
         layer_norm_epsilon: float. Defaults to `1e-5`.
+        alignment_layer: int or None. The decoder layer whose cross-attention gives word alignments (`alignment`;
+            negative counts from the last). Defaults to `None`: the penultimate layer (the first of a one-layer
+            decoder), the best of a 6-layer model's layers against a statistical aligner (Garg et al., 2019).
+        alignment_heads: int. How many of that layer's heads, from the first, are averaged: 0 averages them all; a
+            model trained with guided alignment supervises head 0 and sets 1. Defaults to `0`.
         name: str. Defaults to `"transformer"`.
 
     Example:
@@ -87,6 +92,8 @@ class Transformer(Seq2SeqModel):
         source_word_dropout=0.0,
         target_word_dropout=0.0,
         layer_norm_epsilon=1e-5,
+        alignment_layer=None,
+        alignment_heads=0,
         name="transformer",
         **kwargs,
     ):
@@ -192,6 +199,7 @@ class Transformer(Seq2SeqModel):
         self.activation = activation
         self.source_word_dropout, self.target_word_dropout = source_word_dropout, target_word_dropout
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.alignment_layer, self.alignment_heads = alignment_layer, alignment_heads
 
     def get_config(self):
         return {
@@ -218,6 +226,8 @@ class Transformer(Seq2SeqModel):
             "source_word_dropout": self.source_word_dropout,
             "target_word_dropout": self.target_word_dropout,
             "layer_norm_epsilon": self.layer_norm_epsilon,
+            "alignment_layer": self.alignment_layer,
+            "alignment_heads": self.alignment_heads,
         }
 
     # === Decoding ===
@@ -240,6 +250,35 @@ class Transformer(Seq2SeqModel):
                 y, encoder_outputs, self_attention_mask=self_mask, cross_attention_mask=source_mask, training=False
             )
         return y
+
+    def alignment_layer_index(self):
+        """The index of the decoder layer `alignment` reads (`alignment_layer`, or the penultimate layer)."""
+        count = len(self.decoder_layers)
+        layer = max(count - 2, 0) if self.alignment_layer is None else self.alignment_layer
+        if not -count <= layer < count:
+            raise ValueError(
+                f"alignment_layer must name one of the {count} decoder layers. Received: alignment_layer={layer}"
+            )
+        return layer % count
+
+    def alignment(self, target_in, encoder_outputs, source_mask):
+        """Teacher-forced cross-attention of the alignment layer, averaged over its `alignment_heads` first heads
+        (all of them when 0): float32 `(N, T, S)`, row t the attention of the step that predicts target token t + 1
+        (`target_in` holds the start token, then the target)."""
+        index = self.alignment_layer_index()
+        y = self.target_embedding(target_in)  # (N, T, D)
+        self_mask = target_attention_mask(target_in)  # (N, T, T)
+        for layer in self.decoder_layers[: index + 1]:
+            y, weights = layer(
+                y,
+                encoder_outputs,
+                self_attention_mask=self_mask,
+                cross_attention_mask=source_mask,
+                return_attention_scores=True,
+                training=False,
+            )  # weights (N, H, T, S)
+        heads = self.alignment_heads or ops.shape(weights)[1]
+        return ops.mean(ops.cast(weights[:, :heads], "float32"), axis=1)  # (N, T, S)
 
     def decode(self, target_in, encoder_outputs, source_mask):
         return self.logits(self.decoder_states(target_in, encoder_outputs, source_mask))
