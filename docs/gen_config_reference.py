@@ -3,7 +3,8 @@
     python docs/gen_config_reference.py
 
 Every key's type and default come from the dataclasses in kmt/config/schema.py, its why from the trailing `# ...`
-comment on its line (and the comment-only lines that continue it); each option under conf/ is listed with what it
+comment on its line (and the comment-only lines that continue it), or from the field's metadata for the `decode`
+group, which is made from the search options `kmt.inference.settings` declares; each option under conf/ is listed with what it
 sets.
 `reference_page()` returns the page's text; tests/test_config.py checks the committed page against it.
 """
@@ -139,7 +140,8 @@ def key_table(cls, prefix, titles, whys):
         else:
             default = yaml_value(f.default_factory() if f.default is dataclasses.MISSING else f.default)
             kind = type_name(f.type)
-        rows.append([f"`{key}`", kind, default, markdown(whys.get((cls.__name__, f.name), ""))])
+        why = whys.get((cls.__name__, f.name)) or f.metadata.get("why", "")  # a made dataclass's: its metadata
+        rows.append([f"`{key}`", kind, default, markdown(why)])
     return table(["key", "type", "default", "why"], rows)
 
 

@@ -23,8 +23,10 @@ Examples:
 import argparse
 
 from kmt.cli import console_script
-from kmt.cli.common import setup_logging
+from kmt.cli.common import add_search_flags, search_overrides, setup_logging
 from kmt.cli.errors import exit_on_user_error
+
+SEARCH = ("beam_size", "length_penalty", "sampling_topk", "sampling_temperature", "sampling_topp")  # its flags
 
 
 def parse_args(argv=None):
@@ -67,29 +69,7 @@ def parse_args(argv=None):
         help="where to write the SavedModel (default: RUN_DIR/export; with --format "
         "ctranslate2, RUN_DIR/ctranslate2 or RUN_DIR/ctranslate2_QUANTIZATION)",
     )
-    parser.add_argument("--beam-size", type=int, help="beam size baked into the export (1: greedy)")
-    parser.add_argument("--length-penalty", type=float, help="GNMT length penalty alpha baked into the export")
-    parser.add_argument(
-        "--sampling-topk",
-        type=int,
-        metavar="K",
-        help="draw translations at random instead of searching (back-translation; beam size 1): "
-        "0 from the whole distribution, K > 1 from the K most probable tokens; every call of "
-        "the export draws anew",
-    )
-    parser.add_argument(
-        "--sampling-temperature",
-        type=float,
-        metavar="T",
-        help="temperature of --sampling-topk: > 1 flatter, < 1 sharper (default: 1)",
-    )
-    parser.add_argument(
-        "--sampling-topp",
-        type=float,
-        metavar="P",
-        help="with --sampling-topk: draw from the fewest most probable tokens that hold P of the "
-        "probability (nucleus sampling; default: 1, off)",
-    )
+    add_search_flags(parser.add_argument_group("search settings baked into the export (default: the run's decode)"), SEARCH)
     return parser.parse_args(argv)
 
 
@@ -105,7 +85,7 @@ def main(argv=None):
             checkpoint=args.checkpoint,
             average=args.average,
             ensemble=args.ensemble or (),
-            search=search_overrides(args),
+            search=search_overrides(args, SEARCH),
             format=args.format,
             output=args.output,
             quantization=args.quantization,
@@ -113,17 +93,6 @@ def main(argv=None):
     weights = f"the average of the last {args.average} epochs" if args.average else args.checkpoint
     runs = " + ".join(f"{run}:{weights}" for run in [args.run_dir, *(args.ensemble or [])])
     print(f"exported {runs if args.ensemble else weights} to {output}")
-
-
-def search_overrides(args):
-    """The search settings given on the command line (`SearchSettings.replace` skips those not given)."""
-    return {
-        "beam_size": args.beam_size,
-        "length_penalty": args.length_penalty,
-        "sampling_topk": args.sampling_topk,
-        "sampling_temperature": args.sampling_temperature,
-        "sampling_topp": args.sampling_topp,
-    }
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 """`kmt-translate EXPORT_DIR`: translate sentences from stdin (one per line) to stdout (one per line).
 
 Output line i always translates input line i (with --nbest N, lines N*i to N*i + N - 1 do): empty and
-whitespace-only lines give empty lines, over-long lines are truncated to the model's maximum length. A SavedModel's
+whitespace-only lines give empty lines, over-long lines are truncated to the model's maximum length. With --prefixes
+FILE, translation i begins with line i of FILE (autocompletion, forced starts); with --alignments each line ends in
+its word alignment, Marian's layout: `translation ||| 0-0 1-2 ...` (source word i - target word j, from 0, over
+whitespace-separated words). A SavedModel's
 search settings (beam size, length penalty) are those it was exported with (`kmt-export RUN_DIR --beam-size N` to
 change them).
 
@@ -17,6 +20,7 @@ a score by length^alpha, not by GNMT's ((5 + length) / 6)^alpha).
 Examples:
     echo "Tuesday, March 5, 1996" | kmt-translate runs/dates/<time>/export
     kmt-translate runs/multi30k/<time>/ctranslate2_int8 --beam-size 5 --input test.en --output test.hyp.de
+    kmt-translate runs/multi30k/<time>/export --input test.en --prefixes starts.de --alignments
 """
 
 import argparse
@@ -25,12 +29,15 @@ import sys
 from pathlib import Path
 
 from kmt.cli import console_script
-from kmt.cli.common import setup_logging
+from kmt.cli.common import add_search_flags, search_overrides, setup_logging
 from kmt.cli.errors import exit_on_user_error, fail
 from kmt.errors import KmtError
+from kmt.inference.alignments import pharaoh
 from kmt.inference.loading import load_translator, translator_kind
 from kmt.inference.settings import SearchSettings
 from kmt.inference.translate import translate_stream
+
+SEARCH = ("beam_size", "length_penalty")  # the search flags it takes
 
 
 def parse_args(argv=None):
@@ -61,9 +68,20 @@ def parse_args(argv=None):
         "fairseq's --nbest, OpenNMT-tf's n_best), from the beam of K hypotheses, N <= K "
         "(`kmt-export RUN_DIR --beam-size K` for a wider beam; not for CTranslate2)",
     )
-    search = parser.add_argument_group("CTranslate2 and run directories only")
-    search.add_argument("--beam-size", type=int, help="beam size (1: greedy; default: the exported setting)")
-    search.add_argument("--length-penalty", type=float, help="length penalty alpha (default: the exported setting)")
+    parser.add_argument(
+        "--prefixes",
+        metavar="FILE",
+        help="target prefixes, one a line, line by line with the input (an empty line: none): each translation "
+        "begins with its prefix and the search goes on from it (CTranslate2's target_prefix)",
+    )
+    parser.add_argument(
+        "--alignments",
+        action="store_true",
+        help="end each line in its word alignment: 'translation ||| 0-0 1-2 ...' (source word - target word, "
+        "from 0, over whitespace-separated words; Marian's --alignment hard)",
+    )
+    search = parser.add_argument_group("search settings, CTranslate2 and run directories only (default: the exported ones)")
+    add_search_flags(search, SEARCH)
     ct2 = parser.add_argument_group("CTranslate2 directories only")
     ct2.add_argument("--device", default="cpu", help="cpu, cuda or auto (default: cpu)")
     ct2.add_argument(
@@ -85,7 +103,7 @@ def parse_args(argv=None):
     parser.add_argument("--attention-limit", type=int, default=10, help="sentences to plot (default: 10)")
     parser.add_argument("--verbose", action="store_true", help="log progress to stderr")
     args = parser.parse_args(argv)
-    for name in ("batch_size", "buffer_size", "nbest", "beam_size"):
+    for name in ("batch_size", "buffer_size", "nbest", "beam_size"):  # positive counts
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be positive. Received: {value}")
@@ -128,12 +146,12 @@ def main(argv=None):
             compute_type=args.compute_type,
             threads=args.threads,
         )
-        settings = None
-        if args.beam_size is not None or args.length_penalty is not None:
-            settings = (translator.settings or SearchSettings()).replace(
-                beam_size=args.beam_size, length_penalty=args.length_penalty
-            )
-        translator.translate([], settings=settings, nbest=args.nbest)  # checks them before any line is read
+        settings, overrides = None, search_overrides(args, SEARCH)
+        if any(value is not None for value in overrides.values()):
+            settings = (translator.settings or SearchSettings()).replace(**overrides)
+        checks = dict(settings=settings, nbest=args.nbest, alignments=args.alignments)
+        translator.translate([], prefixes=[] if args.prefixes else None, **checks)  # before any line is read
+    prefixes = None if args.prefixes is None else read_lines(open_input(args.prefixes))
     stream = open_input(args.input)
     interactive = stream.isatty()
     if interactive:
@@ -151,7 +169,7 @@ def main(argv=None):
         out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
     except OSError as error:
         fail(f"cannot write {args.output}: {error.strerror}")
-    with stream, out:
+    with stream, out, exit_on_user_error():
         try:
             for hypotheses in translate_stream(
                 translator,
@@ -160,10 +178,14 @@ def main(argv=None):
                 nbest=args.nbest or 1,
                 buffer_size=buffer_size,
                 progress=args.verbose,
+                prefixes=prefixes,
+                alignments=args.alignments,
             ):
-                for text, score in hypotheses:
-                    text = text.replace("\n", " ")  # one line out per hypothesis
-                    out.write(f"{score:.4f}\t{text}\n" if args.scores else f"{text}\n")
+                for hypothesis in hypotheses:
+                    text = hypothesis.text.replace("\n", " ")  # one line out per hypothesis
+                    if args.alignments:
+                        text = f"{text} ||| {pharaoh(hypothesis.alignment)}"
+                    out.write(f"{hypothesis.score:.4f}\t{text}\n" if args.scores else f"{text}\n")
                 out.flush()  # out before the next lines are read, so a pipe or a terminal sees it now
         except BrokenPipeError:  # the reader left (`kmt-translate ... | head`): stop quietly, as Unix tools do
             os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())  # so closing `out` cannot raise again

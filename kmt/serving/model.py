@@ -3,12 +3,15 @@
 The model is opened by `kmt.inference.loading.load_translator`, which tells what kind of path it is. A SavedModel
 written by kmt (`kmt/inference/export.py`) runs as `SavedModelRunner`, every signature it has; a CTranslate2
 directory (`kmt-export --format ctranslate2`) or a run directory as `TranslatorRunner`, which answers the
-SavedModel's `translate` and `serving_default` signatures. Nothing else in `kmt.serving` imports TensorFlow or
+SavedModel's text signatures (`translate`, `serving_default`, `translate_prefix`, `translate_align`, `align`). Nothing else in `kmt.serving` imports TensorFlow or
 CTranslate2.
 """
 
 import dataclasses
+import math
 from pathlib import Path
+
+from kmt.errors import KmtError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,23 +57,48 @@ BATCH_SIZE = 1024  # most sentences one `run` decodes together
 
 class TranslatorRunner:
     """A `kmt.inference.translators.Translator` (a CTranslate2 directory, a run directory's Keras model; its own
-    search settings) behind the SavedModel's text-to-text signatures, `translate` and `serving_default`: `text` in,
-    `translation` and `score` out."""
+    search settings) behind the SavedModel's text-to-text signatures: `translate` and `serving_default` (`text` in,
+    `translation` and `score` out), `translate_prefix` (`text` and `prefix` in), and, for a Transformer,
+    `translate_align` (`alignment` out too) and `align` (`source` and `target` in, `alignment` out)."""
 
     def __init__(self, translator):
         self._translator = translator
-        text = Signature(
-            inputs={"text": Tensor("DT_STRING", (-1,), "text")},
-            outputs={
-                "score": Tensor("DT_FLOAT", (-1,), "score"),
-                "translation": Tensor("DT_STRING", (-1,), "translation"),
-            },
-        )
-        self.signatures = {"serving_default": text, "translate": text}
+        text = {"text": Tensor("DT_STRING", (-1,), "text")}
+        translated = {
+            "score": Tensor("DT_FLOAT", (-1,), "score"),
+            "translation": Tensor("DT_STRING", (-1,), "translation"),
+        }
+        alignment = {"alignment": Tensor("DT_STRING", (-1,), "alignment")}
+        prefix = {**text, "prefix": Tensor("DT_STRING", (-1,), "prefix")}
+        self.signatures = {
+            "serving_default": Signature(text, translated),
+            "translate": Signature(text, translated),
+            "translate_prefix": Signature(prefix, translated),
+        }
+        try:
+            translator.align([], [])
+        except KmtError:  # a model that cannot align (an LSTM)
+            return
+        pair = {"source": Tensor("DT_STRING", (-1,), "source"), "target": Tensor("DT_STRING", (-1,), "target")}
+        self.signatures["translate_align"] = Signature(text, {**alignment, **translated})
+        self.signatures["align"] = Signature(pair, alignment)
 
     def run(self, signature, inputs):
-        best = [hypotheses[0] for hypotheses in self._translator.translate(list(inputs["text"]), nbest=1)]
-        return {"translation": [text for text, _ in best], "score": [score for _, score in best]}
+        from kmt.inference.alignments import pharaoh
+
+        if signature == "align":
+            return {"alignment": [pharaoh(a) for a in self._translator.align(inputs["source"], inputs["target"])]}
+        best = self._translator.translate(
+            list(inputs["text"]),
+            nbest=1,
+            prefixes=inputs.get("prefix"),
+            alignments=signature == "translate_align",
+            long_prefixes="keep",
+        )
+        outputs = {"translation": [h[0].text for h in best], "score": [h[0].score for h in best]}
+        if signature == "translate_align":
+            outputs["alignment"] = [pharaoh(h[0].alignment) for h in best]
+        return {name: _python(values) for name, values in outputs.items()}
 
 
 class SavedModelRunner:
@@ -120,8 +148,11 @@ def _signatures(saved_model_pb, names):
 
 
 def _python(value):
+    """A signature's output as JSON takes it: lists, str, and None for NaN (a score the model cannot give)."""
     if isinstance(value, list):
         return [_python(item) for item in value]
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
+    if isinstance(value, float) and math.isnan(value):
+        return None
     return value
