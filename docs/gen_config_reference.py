@@ -4,8 +4,8 @@
 
 Every key's type and default come from the dataclasses in kmt/config/schema.py, its why from the trailing `# ...`
 comment on its line (and the comment-only lines that continue it), or from the field's metadata for the `decode`
-group, which is made from the search options `kmt.inference.settings` declares; each option under conf/ is listed with what it
-sets.
+group, which is made from the search options `kmt.inference.settings` declares; each option under conf/ is listed with
+what it sets.
 `reference_page()` returns the page's text; tests/test_config.py checks the committed page against it.
 """
 

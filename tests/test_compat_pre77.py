@@ -58,7 +58,9 @@ def test_model_keras_translates_as_before(run):
     for beam_size in (1, 3):
         assert_same(RECORD[f"{arch}_model_keras_beam{beam_size}"], *translate(model, vocabularies, beam_size))
         recorded = RECORD[f"{arch}_ids_beam{beam_size}"]
-        tokens, scores = search_ids(model, np.array(recorded["source"], "int32"), SearchSettings.of(beam_size=beam_size))
+        tokens, scores = search_ids(
+            model, np.array(recorded["source"], "int32"), SearchSettings.of(beam_size=beam_size)
+        )
         assert keras.ops.convert_to_numpy(tokens).tolist() == recorded["tokens"]
         np.testing.assert_allclose(keras.ops.convert_to_numpy(scores), recorded["scores"], rtol=1e-5, atol=1e-5)
 

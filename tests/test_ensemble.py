@@ -59,7 +59,9 @@ def test_an_ensemble_picks_each_token_by_the_mean_of_its_models_probabilities():
 def test_an_ensemble_of_one_model_twice_decodes_as_the_model(beam_size):
     model = random_model(num_layers=2, **UNTIED_PRE_NORM)
     tokens, scores = (to_numpy(x) for x in search_ids(model, SOURCE, SearchSettings.of(beam_size=beam_size)))
-    twice, twice_scores = (to_numpy(x) for x in search_ids([model, model], SOURCE, SearchSettings.of(beam_size=beam_size)))
+    twice, twice_scores = (
+        to_numpy(x) for x in search_ids([model, model], SOURCE, SearchSettings.of(beam_size=beam_size))
+    )
     np.testing.assert_array_equal(twice, tokens)
     np.testing.assert_allclose(twice_scores, scores, atol=1e-4)
 

@@ -58,7 +58,10 @@ def test_a_ctranslate2_directory_translates_as_the_run(smoke_run, ctranslate2_di
     assert isinstance(translator, CT2Translator) and translator_kind(ctranslate2_dir) == "ctranslate2"
     run = load_translator(smoke_run)
     assert translator.translate(LINES) == run.translate(LINES)
-    with pytest.raises(KmtError, match=r"a CTranslate2 directory cannot decode with Beam\(size=2, .*nbest=2\); a run directory or a SavedModel can"):
+    with pytest.raises(
+        KmtError,
+        match=r"a CTranslate2 directory cannot decode with Beam\(size=2, .*nbest=2\); a run directory or a SavedModel",
+    ):
         translator.translate(LINES, settings=translator.settings.replace(beam_size=2), nbest=2)
 
 

@@ -217,3 +217,34 @@ def test_the_pad_and_start_tokens_are_never_emitted_and_keep_their_share(beam_si
     np.testing.assert_allclose(scores, [math.log(0.2 * 0.9)], rtol=1e-4)
     drawn, _ = _sample(tree, [[0.1, 0.1, 0.5, 0.5]])  # noise 0.1 falls on pad or start without the mask
     np.testing.assert_array_equal(drawn[0, :3], [START, X, END])
+
+
+@pytest.mark.parametrize("beam_size", [None, 1, 2])
+def test_a_prefix_is_emitted_first_and_the_search_goes_on_from_it(beam_size):
+    # CLASSIC's best start is Y (beam) or X (greedy); forced to X, both go on from node 1: X X ... or X END. Row 1's
+    # prefix is empty: its search is the ordinary one. Row 0's prefix tokens are scored as any emitted token.
+    state = ops.convert_to_tensor(np.array([0, 0], "int32"))
+    prefix = ops.convert_to_tensor(np.array([[X], [PAD]], "int32"))
+    if beam_size is None:
+        tokens, scores = greedy_search(CLASSIC.next_fn, state, 2, 8, prefix=prefix)
+    else:
+        state = expand_to_beams(state, beam_size)
+        tokens, scores = beam_search(CLASSIC.next_fn, state, 2, 8, beam_size, 0.0, prefix=prefix)
+    tokens, scores = _np(tokens), _np(scores)
+    assert tokens[0, 1] == X
+    np.testing.assert_array_equal(tokens[0, :3], [START, X, END])  # after X, END (0.4) beats X or Y (0.3 each)
+    np.testing.assert_array_equal(tokens[1], _search(CLASSIC, beam_size)[0][0])  # no prefix: as without one
+    np.testing.assert_allclose(scores[0], CLASSIC.log_prob(tokens[0]), rtol=1e-5)
+
+
+def test_a_prefix_longer_than_one_step_forces_every_step_it_covers_in_sampling():
+    # Noise 0.01 draws X at the root (vocabulary order, X first); the prefix's step takes Y instead, and the draw
+    # resumes at node 2, which ends. A prefix of three X's covers three steps, whatever the noise.
+    state = ops.convert_to_tensor(np.array([0], "int32"))
+    prefix = ops.convert_to_tensor(np.array([[Y]], "int32"))
+    noise = np.full((1, 4), 0.01, "float32")
+    tokens, _ = (_np(x) for x in sample_search(CLASSIC.next_fn, state, 1, 4, noise, top_k=0, prefix=prefix))
+    np.testing.assert_array_equal(tokens[0, :3], [START, Y, END])
+    forced = ops.convert_to_tensor(np.array([[X, X, X]], "int32"))
+    tokens, _ = (_np(x) for x in sample_search(CLASSIC.next_fn, state, 1, 4, noise, top_k=0, prefix=forced))
+    np.testing.assert_array_equal(tokens[0, :4], [START, X, X, X])

@@ -73,7 +73,7 @@ def test_importing_kmt_and_its_serving_and_translating_modules_imports_neither_k
     """TensorFlow (which imports Keras, JAX and matplotlib itself) takes seconds to import: kmt-serve opens its port
     before it loads the model, and kmt-translate on a CTranslate2 directory never needs it."""
     script = (
-        "import sys, kmt, kmt.cli.serve, kmt.cli.translate, kmt.serving.app, kmt.inference.ctranslate2; "
+        "import sys, kmt, kmt.cli.serve, kmt.cli.translate, kmt.cli.align, kmt.serving.app, kmt.inference.ctranslate2; "
         "print(' '.join(sorted({'keras', 'tensorflow', 'matplotlib', 'jax'} & set(sys.modules))))"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)

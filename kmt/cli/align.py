@@ -25,9 +25,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="kmt-align", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "export_dir", help="a SavedModel (a run's export/), a CTranslate2 directory or a run directory"
-    )
+    parser.add_argument("export_dir", help="a SavedModel (a run's export/), a CTranslate2 directory or a run directory")
     parser.add_argument("--source", required=True, help="source sentences, one a line")
     parser.add_argument("--target", required=True, help="their translations, line by line with --source")
     parser.add_argument("--output", default="-", help="file to write instead of stdout")

@@ -69,7 +69,9 @@ def parse_args(argv=None):
         help="where to write the SavedModel (default: RUN_DIR/export; with --format "
         "ctranslate2, RUN_DIR/ctranslate2 or RUN_DIR/ctranslate2_QUANTIZATION)",
     )
-    add_search_flags(parser.add_argument_group("search settings baked into the export (default: the run's decode)"), SEARCH)
+    add_search_flags(
+        parser.add_argument_group("search settings baked into the export (default: the run's decode)"), SEARCH
+    )
     return parser.parse_args(argv)
 
 

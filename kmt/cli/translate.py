@@ -80,7 +80,9 @@ def parse_args(argv=None):
         help="end each line in its word alignment: 'translation ||| 0-0 1-2 ...' (source word - target word, "
         "from 0, over whitespace-separated words; Marian's --alignment hard)",
     )
-    search = parser.add_argument_group("search settings, CTranslate2 and run directories only (default: the exported ones)")
+    search = parser.add_argument_group(
+        "search settings, CTranslate2 and run directories only (default: the exported ones)"
+    )
     add_search_flags(search, SEARCH)
     ct2 = parser.add_argument_group("CTranslate2 directories only")
     ct2.add_argument("--device", default="cpu", help="cpu, cuda or auto (default: cpu)")

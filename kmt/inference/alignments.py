@@ -19,7 +19,6 @@ Example:
 import functools
 
 import numpy as np
-from keras import ops
 
 from kmt.errors import KmtError
 from kmt.special_ids import END_ID, PAD_ID, START_ID
@@ -43,6 +42,8 @@ def piece_kinds(tokenizer) -> np.ndarray:
 def _words(ids, kinds):
     """Each piece's word index, -1 for none (int32 `(B, L)`), and one-hot `(B, L, L)` float32 piece-to-word maps.
     The first piece of a text begins a word whatever it is."""
+    from keras import ops  # Keras only when aligning: kmt-translate imports this module for `pharaoh`
+
     kind = ops.take(ops.convert_to_tensor(kinds, "int32"), ops.cast(ids, "int32"), axis=0)  # (B, L)
     real = ops.greater_equal(kind, 0)
     first = ops.logical_and(real, ops.equal(ops.cumsum(ops.cast(real, "int32"), axis=1), 1))
@@ -66,6 +67,8 @@ def word_alignment(attention, source_ids, target_ids, source_kinds, target_kinds
     (attention summed over the pieces of both words), -1 past the target's last word and for a sentence with no
     source word.
     """
+    from keras import ops
+
     source_word, source_map = _words(source_ids, source_kinds)  # (B, S), (B, S, S)
     target_word, target_map = _words(target_ids, target_kinds)  # (B, T), (B, T, T)
     attention = ops.cast(attention, "float32")
@@ -123,6 +126,8 @@ def attention_ids(model, source, target, start_id=START_ID):
         target: int `(B, T)` target ids without the start token, pad 0.
         start_id: int, the token the decoder starts from. Defaults to `kmt.special_ids.START_ID`.
     """
+    from keras import ops
+
     from kmt.inference.ensemble import ensemble_members
 
     model = ensemble_members(model)[0]
@@ -137,6 +142,4 @@ def attention_ids(model, source, target, start_id=START_ID):
 def require_alignment(model):
     """Raises a `KmtError` unless `model` can align (a Transformer: its `alignment` method)."""
     if not hasattr(model, "alignment"):
-        raise KmtError(
-            f"alignments come from a Transformer's cross-attention; this model is a {type(model).__name__}"
-        )
+        raise KmtError(f"alignments come from a Transformer's cross-attention; this model is a {type(model).__name__}")

@@ -8,9 +8,10 @@ model(s) (`joint.model`, or `source.model` and `target.model`, as in a run's `to
 the search settings of the run's `decode` section (beam size, length penalty, output limits, `max_length`).
 
 Greedy search gives kmt's tokens (from a target prefix too: CTranslate2's `target_prefix`), and word alignments are
-kmt's (CTranslate2's `return_attention`, from the layer and heads kmt's alignments read): each sentence emits at most `min(max_length, ceil(max_length_a * S + max_length_b))`
-tokens, its end token included, and the pad and start tokens are never emitted. Beam search differs in one thing,
-the length penalty: CTranslate2 ranks finished hypotheses by `log P(Y) / |Y|^alpha`, kmt by GNMT's
+kmt's (CTranslate2's `return_attention`, from the layer and heads kmt's alignments read): each sentence emits at most
+`min(max_length, ceil(max_length_a * S + max_length_b))` tokens, its end token included, and the pad and start
+tokens are never emitted. Beam search differs in one thing, the length penalty: CTranslate2 ranks finished
+hypotheses by `log P(Y) / |Y|^alpha`, kmt by GNMT's
 `log P(Y) / ((5 + |Y|) / 6)^alpha`, so the two may choose different beams, and their scores are not comparable.
 
 `ctranslate2` is an optional dependency (`pip install "kmt[ctranslate2]"`); this module imports it only when a

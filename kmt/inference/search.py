@@ -9,7 +9,8 @@ dynamic batch and length. The pad token is never emitted before the end token (i
 as in fairseq), so pad only ever follows the end; nor is the start token (an imported Marian model's start token is
 its pad token). Each takes an optional `prefix`, int `(B, P)` target ids each hypothesis must begin with (pad after
 each row's): while `index` is inside a sentence's prefix, its next token is the prefix's, and the search continues
-from there (CTranslate2's `target_prefix`, fairseq's `--prefix-size`). `kmt.inference.decoding` drives them with a Transformer's key/value cache (`kmt.inference.steps`).
+from there (CTranslate2's `target_prefix`, fairseq's `--prefix-size`). `kmt.inference.decoding` drives them with a
+Transformer's key/value cache (`kmt.inference.steps`).
 """
 
 import keras

@@ -259,6 +259,8 @@ def strategy_of(values: dict[str, Any]) -> Strategy:
         f"sampling_topk samples with beam_size=1 only. Received: sampling_topk={topk}, beam_size={beam_size}",
     )
     check(0 < topp <= 1, f"sampling_topp must be in (0, 1]. Received: sampling_topp={topp}")
+    temperature = values["sampling_temperature"]  # checked whatever the strategy: a bad value is a typo to report
+    check(temperature > 0, f"sampling_temperature must be positive. Received: sampling_temperature={temperature}")
     check(
         topp == 1 or topk != 1,
         "sampling_topp applies to sampling: set sampling_topk=0 (or K > 1) too. "

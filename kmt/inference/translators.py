@@ -122,7 +122,9 @@ class BatchedTranslator:
         if prefixes is not None:
             prefixes = list(prefixes)
             if len(prefixes) != len(lines):
-                raise KmtError(f"translate takes one prefix a line. Received: {len(lines)} lines, {len(prefixes)} prefixes")
+                raise KmtError(
+                    f"translate takes one prefix a line. Received: {len(lines)} lines, {len(prefixes)} prefixes"
+                )
         settings = self._checked(settings, nbest or 1)
         self._check_features(prefixes=prefixes is not None, alignments=alignments, nbest=nbest or 1)
         items = list(zip(lines, prefixes)) if prefixes is not None else [(line, "") for line in lines]

@@ -1,10 +1,10 @@
 """The model a server runs: `load_model(path)` -> an object with `signatures` and `run(signature, inputs)`.
 
 The model is opened by `kmt.inference.loading.load_translator`, which tells what kind of path it is. A SavedModel
-written by kmt (`kmt/inference/export.py`) runs as `SavedModelRunner`, every signature it has; a CTranslate2
-directory (`kmt-export --format ctranslate2`) or a run directory as `TranslatorRunner`, which answers the
-SavedModel's text signatures (`translate`, `serving_default`, `translate_prefix`, `translate_align`, `align`). Nothing else in `kmt.serving` imports TensorFlow or
-CTranslate2.
+written by kmt (`kmt/inference/export.py`) runs as `SavedModelRunner`, every signature it has; a CTranslate2 directory
+(`kmt-export --format ctranslate2`) or a run directory as `TranslatorRunner`, which answers the SavedModel's text
+signatures (`translate`, `serving_default`, `translate_prefix`, `translate_align`, `align`). Nothing else in
+`kmt.serving` imports TensorFlow or CTranslate2.
 """
 
 import dataclasses
