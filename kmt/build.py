@@ -8,9 +8,10 @@ from kmt.models import model_class
 from kmt.schedule import NoamSchedule
 
 
-def build_model(model_cfg, source_vocab_size, target_vocab_size, dtype_policy=None):
+def build_model(model_cfg, source_vocab_size, target_vocab_size, dtype_policy=None, guided_alignment_weight=0.0):
     """The model of `cfg.model`, of the class `model.arch` names (`kmt.models.model_class`), for the run's
-    vocabulary sizes.
+    vocabulary sizes; with a positive `guided_alignment_weight` (`optim.guided_alignment_weight`, a run that trains
+    on `data.train.alignments`), the graph that trains on alignments (`kmt.models.Transformer`).
 
     `dtype_policy` (e.g. `"float32"`) builds this model under that policy instead of the global one, which is left
     as it was. Decoding and export use float32 whatever the training precision: a mixed-precision SavedModel would
@@ -21,7 +22,8 @@ def build_model(model_cfg, source_vocab_size, target_vocab_size, dtype_policy=No
     if dtype_policy is not None:
         keras.config.set_dtype_policy(dtype_policy)
     try:
-        return model_class(model_cfg.arch).from_model_config(model_cfg, source_vocab_size, target_vocab_size)
+        guided = {"guided_alignment_weight": guided_alignment_weight} if guided_alignment_weight else {}
+        return model_class(model_cfg.arch).from_model_config(model_cfg, source_vocab_size, target_vocab_size, **guided)
     finally:
         keras.config.set_dtype_policy(previous)
 

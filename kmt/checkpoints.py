@@ -69,6 +69,8 @@ def load_run_keras(run_dir: "str | Path") -> tuple:
 
 # Model settings a fine-tuning run may change: they shape no weight.
 FINE_TUNABLE = (
+    "alignment_layer",
+    "alignment_heads",
     "dropout",
     "attention_dropout",
     "activation_dropout",

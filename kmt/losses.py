@@ -1,4 +1,5 @@
-"""Label-smoothed cross-entropy, token accuracy and perplexity, all over non-pad target tokens only."""
+"""Label-smoothed cross-entropy, token accuracy and perplexity, all over non-pad target tokens only; and guided
+alignment's cross-entropy of an attention head against word alignments."""
 
 import keras
 from keras import ops
@@ -157,3 +158,29 @@ class MaskedPerplexity(_MaskedTokenMean):
 
     def result(self):
         return ops.exp(super().result())  # of the mean cross-entropy
+
+
+def guided_alignment_loss(reference, attention, epsilon=1e-9):
+    """Guided alignment's cross-entropy (Garg et al., 2019, the alignment loss of their multi-task training;
+    OpenNMT-tf's `guided_alignment_type: ce`): `-sum_s ref[t, s] * log(attention[t, s])`, each supervised row's
+    links normalized to sum 1, averaged over the supervised rows (those with a link) of the whole global batch (as
+    `MaskedCrossEntropy` averages over tokens); 0 when no row has a link.
+
+    Args:
+        reference: `(B, T, S)` links, 1 where target position t links source position s (any numeric dtype).
+        attention: `(B, T, S)` attention weights, each row a distribution over the source.
+        epsilon: float. The least weight taken to the log (a padded source position's is 0). Defaults to `1e-9`.
+
+    Example:
+    >>> reference = keras.ops.array([[[1, 1, 0], [0, 0, 0]]])  # row 0: source 0 and 1; row 1: no link
+    >>> attention = keras.ops.array([[[0.5, 0.5, 0.0], [0.2, 0.2, 0.6]]])
+    >>> round(float(guided_alignment_loss(reference, attention)), 4)  # -(0.5 log 0.5 + 0.5 log 0.5) = log 2
+    0.6931
+    """
+    reference = ops.cast(reference, "float32")
+    links = ops.sum(reference, axis=-1)  # (B, T)
+    supervised = ops.cast(links > 0, "float32")  # (B, T)
+    target = reference / ops.maximum(links, 1.0)[..., None]  # (B, T, S): rows summing to 1
+    log_attention = ops.log(ops.maximum(ops.cast(attention, "float32"), epsilon))  # (B, T, S)
+    per_row = -ops.sum(target * log_attention, axis=-1)  # (B, T)
+    return ops.sum(per_row * supervised) / ops.maximum(_global_tokens(ops.sum(supervised)), 1.0)

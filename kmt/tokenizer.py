@@ -16,6 +16,7 @@ and target share one vocabulary, otherwise `source.model` and `target.model`. An
 token; `options.json` says so.
 """
 
+import functools
 import io
 import itertools
 import json
@@ -152,6 +153,21 @@ class Tokenizer:
             )
         values = np.fromiter((i for row in ids for i in row), dtype=np.int32)
         return values, np.array([len(row) for row in ids], dtype=np.int64)
+
+    @functools.cached_property
+    def word_starts(self):
+        """int8 `(V,)`, what each id is to a whitespace-split word: 1 a piece that begins one (SentencePiece marks
+        them with "▁"), 0 a piece that goes on with it (byte pieces and `<unk>` included), -1 a control token (pad,
+        start, end), part of no word. Guided alignment maps word links to subwords with it
+        (`kmt.data.alignments`)."""
+        processor = self._processor
+        return np.array(
+            [
+                -1 if processor.is_control(i) else int(processor.id_to_piece(i).startswith("\u2581"))
+                for i in range(self.vocab_size)
+            ],
+            np.int8,
+        )
 
     def id_to_piece(self, ids):
         """Ids to their subword pieces, for logs and attention plots."""

@@ -28,6 +28,7 @@ from kmt.config.schema import (
     TokenizerConfig,
     TrainCorpus,
     TrainerConfig,
+    TrainFiles,
     onto_schema,
     register_configs,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "SplitFiles",
     "TokenizerConfig",
     "TrainCorpus",
+    "TrainFiles",
     "TrainerConfig",
     "aliased",
     "compose_config",

@@ -7,7 +7,7 @@ configuration reference. Hydra rejects unknown keys and wrong types against this
 checks what types cannot (ranges, divisibility) before any data is read.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 
 from omegaconf import OmegaConf
 
@@ -32,6 +32,13 @@ class TokenizerConfig:
 class SplitFiles:
     source: str | None = None  # path of the source-side file (data=parallel)
     target: str | None = None  # path of the target-side file, line-aligned with source
+
+
+@dataclass
+class TrainFiles(SplitFiles):
+    alignments: str | None = None  # guided alignment: a Pharaoh file (`0-0 1-2 ...`, source word - target word) line
+    # by line with the training pairs as read, before cleaning (eflomal makes one); trains one cross-attention head to
+    # follow it (Garg et al., 2019), so that translations come with word alignments; null: off
 
 
 @dataclass
@@ -78,7 +85,8 @@ class DataConfig:
     subword_sampling: float | None = 0.0  # alpha of subword regularization: each pass samples a segmentation of every
     # training sentence (unigram vocabularies; 0.5 changes about a third of sentences, 0.1 doubles their pieces);
     # 0: always the best segmentation
-    train: SplitFiles = field(default_factory=SplitFiles)  # data=parallel: the training pairs' files
+    train: TrainFiles = field(default_factory=TrainFiles)  # data=parallel: the training pairs' files (any corpus:
+    # their word alignments)
     val: SplitFiles = field(default_factory=SplitFiles)  # data=parallel: the validation pairs' files
     test: SplitFiles = field(default_factory=SplitFiles)  # data=parallel: optional (no test metrics without them)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)  # the joint subword vocabulary
@@ -120,6 +128,10 @@ class ModelConfig:
     output_bias: bool = False  # a learned bias on the tied projection's logits (Marian's final_logits_bias)
     late_dropout_after_updates: int = 0  # >0: late_dropout takes over after this many updates instead of
     # model.late_dropout_after epochs (an epoch at WMT scale is hours)
+    alignment_layer: int | None = None  # the decoder layer whose cross-attention gives word alignments (negative:
+    # from the last); null: the penultimate, the best of a 6-layer model's against a statistical aligner (Garg et al.)
+    alignment_heads: int = 0  # that layer's heads averaged, from the first: 0 all of them; a run with
+    # data.train.alignments sets 1, the head it supervised
 
 
 @dataclass
@@ -137,6 +149,9 @@ class OptimConfig:
     cooldown: float = 0.0  # last fraction of the run's updates (trainer.epochs) in which the rate falls linearly to ~0
     gradient_accumulation_steps: int = 1  # batches whose mean gradient makes one update (fairseq's --update-freq):
     # N x data.max_tokens tokens an update on a machine that holds one batch; warmup_steps and cooldown count updates
+    guided_alignment_weight: float = 0.1  # with data.train.alignments: the loss adds this times the cross-entropy of
+    # the supervised head against the alignments (Marian's --guided-alignment-weight default, which OPUS-MT's models
+    # trained with; OpenNMT-tf's is 1); 0: the alignments are kept but not trained on
 
 
 @dataclass
@@ -175,18 +190,21 @@ class TrainerConfig:
     # val_bleu); patience then counts these validations; 0: at epoch ends only
 
 
-@dataclass
-class DecodeConfig:
-    beam_size: int = 4  # 1 is greedy search
-    length_penalty: float = 0.6  # GNMT alpha: score / ((5 + |Y|) / 6) ** alpha
-    max_length_a: float = 1.5  # output limit: a * source length + b tokens (capped by model.max_length)
-    max_length_b: int = 10  # the b of the output limit above
-    batch_size: int = 64  # sentences per decoding batch when scoring val/test
-    sampling_topk: int = 1  # with beam_size 1: 0 draws each token from the whole distribution, k > 1 from the k most
-    # probable (back-translation, Edunov et al. 2018; OpenNMT-tf's sampling_topk); 1 is greedy search
-    sampling_temperature: float = 1.0  # divides the logits tokens are drawn from: > 1 flatter, < 1 sharper
-    sampling_topp: float = 1.0  # with sampling: draw from the fewest most probable tokens holding this much
-    # probability (nucleus sampling; fairseq's --sampling-topp); 1 is off
+def _decode_config():
+    """`DecodeConfig`, the `decode` group: made from the search options `kmt.inference.settings` declares once (the
+    flags of kmt-export and kmt-translate come from the same list), with their defaults and whys, plus batch_size."""
+    from kmt.inference.settings import OPTIONS, SearchSettings
+
+    defaults = SearchSettings().options()
+    fields = [(o.name, o.type, field(default=defaults[o.name], metadata={"why": o.why})) for o in OPTIONS if o.config]
+    why = "sentences per decoding batch when scoring val/test"
+    fields.append(("batch_size", int, field(default=64, metadata={"why": why})))
+    made = make_dataclass("DecodeConfig", fields)
+    made.__module__ = __name__  # pickled and named as the other groups are
+    return made
+
+
+DecodeConfig = _decode_config()
 
 
 @dataclass

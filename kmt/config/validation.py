@@ -30,6 +30,7 @@ def validate(cfg):
     _check_training_files(cfg.data)
     _check_model(cfg.model)
     _check_optim(cfg.optim)
+    _check_alignments(cfg)
     _check_trainer(cfg.trainer)
     _check_cleaning(cfg.data.clean)
     _check_batches(cfg.data, cfg.model)
@@ -176,6 +177,42 @@ def _check_optim(optim):
     _check(optim.weight_decay >= 0, f"optim.weight_decay must be >= 0. Received: {optim.weight_decay}")
     _check(optim.lr_scale > 0, f"optim.lr_scale must be positive. Received: {optim.lr_scale}")
     _check(0.0 <= optim.cooldown <= 1.0, f"optim.cooldown must be in [0, 1]. Received: {optim.cooldown}")
+
+
+def _check_alignments(cfg):
+    """Guided alignment: which corpora `data.train.alignments` lines up with, the model it trains, its weight and
+    the head the alignments are read from."""
+    data, model = cfg.data, cfg.model
+    weight = cfg.optim.get("guided_alignment_weight", 0.0)  # runs from before the options lack the keys
+    _check(weight >= 0, f"optim.guided_alignment_weight must be >= 0. Received: {weight}")
+    decoder_layers = model.num_decoder_layers or model.num_layers
+    layer = model.get("alignment_layer")
+    _check(
+        layer is None or -decoder_layers <= layer < decoder_layers,
+        f"model.alignment_layer must name one of the {decoder_layers} decoder layers (or be null). Received: {layer}",
+    )
+    heads = model.get("alignment_heads", 0)
+    _check(
+        0 <= heads <= model.num_heads,
+        f"model.alignment_heads must be in [0, model.num_heads={model.num_heads}]. Received: {heads}",
+    )
+    alignments = data.train.get("alignments")
+    if not alignments:
+        return
+    _check(
+        data.name != "prepared",
+        "data=prepared trains on the alignments prepared with it: give data.train.alignments to kmt-prepare. "
+        f"Received: data.train.alignments={alignments}",
+    )
+    _check(
+        data.name != "wmt14_en_de" and not data.get("train_corpora"),
+        "data.train.alignments lines up with one training split as read, not with mixed corpora "
+        f"(data.train_corpora, data=wmt14_en_de). Received: data={data.name}",
+    )
+    _check(
+        model.arch == "transformer",
+        f"data.train.alignments trains a Transformer's cross-attention. Received: model.arch={model.arch}",
+    )
 
 
 def _check_trainer(trainer):

@@ -1,9 +1,11 @@
 """The one batcher of every backend: prepared pairs (`kmt.data.shards`) to padded, length-bucketed batches.
 
 Each batch is `({"source": (B, S), "target_in": (B, T)}, target_out (B, T))`, int32 numpy arrays, where `target_in`
-is `[start] + target` (the decoder input, shifted right) and `target_out` is `target + [end]`. Pairs are grouped by
-length (`kmt.data.buckets`) so little compute goes to padding, and a batch holds about `max_tokens` tokens (or
-`batch_size` pairs when `max_tokens` is 0), as fairseq and OpenNMT-tf batch by tokens.
+is `[start] + target` (the decoder input, shifted right) and `target_out` is `target + [end]`; a batcher for guided
+alignment (`alignment`) adds `"alignment"`, uint8 `(B, T, S)`: 1 where target token t + 1 (`target_out`'s token t)
+links source token s (`kmt.data.alignments.subword_links`), all 0 for the end token and for pairs without links.
+Pairs are grouped by length (`kmt.data.buckets`) so little compute goes to padding, and a batch holds about
+`max_tokens` tokens (or `batch_size` pairs when `max_tokens` is 0), as fairseq and OpenNMT-tf batch by tokens.
 
 The training stream is plain numpy, deterministic for a seed: every pass over the pairs is a seeded permutation; a
 batch leaves its bucket as soon as the bucket holds its size (leftovers go on into the next pass), then passes through
@@ -26,6 +28,7 @@ import sys
 
 import numpy as np
 
+from kmt.data.alignments import subword_links
 from kmt.data.buckets import batches_per_pass, bucket_lengths, bucket_of, bucket_sizes
 from kmt.data.cleaning import fits
 from kmt.data.shards import Rows
@@ -52,6 +55,8 @@ class Batcher:
         replicas: int. Devices a batch is split over (`trainer.distribute`): `max_tokens` and `batch_size` are per
             device, and every batch's rows a multiple of `replicas` (a partial batch gets pad-only rows).
         shard: `(index, count)`: this process's share of each batch's rows, when `count` processes train together.
+        alignment: `(source_starts, target_starts)`, the vocabularies' `Tokenizer.word_starts`, or None: batches
+            carry the subword links of `rows.links` (guided alignment; zeros where rows have none).
     """
 
     def __init__(
@@ -66,8 +71,10 @@ class Batcher:
         sampling=None,
         replicas=1,
         shard=(0, 1),
+        alignment=None,
     ):
         self.rows, self.max_length, self.fixed_shapes, self.seed = rows, max_length, fixed_shapes, seed
+        self.alignment = alignment
         self.edges, sizes = bucket_sizes(max_length, max_tokens, batch_size, bucket_width)
         self.sizes = [size * replicas for size in sizes]
         self.replicas, self.shard = replicas, shard
@@ -92,7 +99,7 @@ class Batcher:
                 self._passes[0] = self.rows, self.buckets(self.rows)
             return self._passes[0]
         if number not in self._passes:
-            rows = sample_rows(*self.sampling, self.max_length, (self.seed, number))
+            rows = sample_rows(*self.sampling, self.max_length, (self.seed, number), self.rows.links)
             self._passes = {n: v for n, v in self._passes.items() if n == 0}  # the first sizes an epoch
             self._passes[number] = rows, self.buckets(rows)
         return self._passes[number]
@@ -149,16 +156,29 @@ class Batcher:
             target_in[row, 1 : len(t) + 1] = t
             target_out[row, : len(t)] = t
             target_out[row, len(t)] = END_ID
+        inputs = {"source": source, "target_in": target_in}
+        if self.alignment is not None:
+            inputs["alignment"] = self.links(members, pairs, (count, target_width, source_width))
         index, processes = self.shard
         if processes > 1:
             mine = slice(index * count // processes, (index + 1) * count // processes)
-            source, target_in, target_out = source[mine], target_in[mine], target_out[mine]
-        return {"source": source, "target_in": target_in}, target_out
+            inputs, target_out = {key: value[mine] for key, value in inputs.items()}, target_out[mine]
+        return inputs, target_out
+
+    def links(self, members, pairs, shape):
+        """The batch's subword links, uint8 `shape` `(B, T, S)`: row t of a pair links its target token t (the
+        end token's row, and every row of a pair without links, is 0)."""
+        matrix = np.zeros(shape, np.uint8)
+        for row, ((rows, i), (s, t)) in enumerate(zip(members, pairs)):
+            if rows.links is not None:
+                matrix[row, : len(t), : len(s)] = subword_links(rows.links.of(i), s, t, *self.alignment)
+        return matrix
 
 
-def sample_rows(vocabularies, alpha, source_lines, target_lines, max_length, seed):
+def sample_rows(vocabularies, alpha, source_lines, target_lines, max_length, seed, links=None):
     """One seeded draw of subword sampling over the text of every pair (`Tokenizer.draw`, `SAMPLING_CHUNK` sentences
-    a draw, each seeded from `seed` and its chunk), less the pairs it makes longer than `max_length`: `Rows`."""
+    a draw, each seeded from `seed` and its chunk), less the pairs it makes longer than `max_length`: `Rows`, which
+    keep their pairs' word `links` (`kmt.data.alignments.Links` of every pair, or None)."""
     sides = []
     for side, (tokenizer, lines) in enumerate(
         ((vocabularies.source, source_lines), (vocabularies.target, target_lines))
@@ -178,7 +198,8 @@ def sample_rows(vocabularies, alpha, source_lines, target_lines, max_length, see
     offsets = np.zeros((int(keep.sum()) + 1, 2), np.int64)
     offsets[1:, 0] = np.cumsum(source_lengths[keep])
     offsets[1:, 1] = np.cumsum(target_lengths[keep])
-    rows = Rows(source.astype(np.int32), target.astype(np.int32), offsets)
+    kept_links = links.subset(np.flatnonzero(keep)) if links is not None else None
+    rows = Rows(source.astype(np.int32), target.astype(np.int32), offsets, kept_links)
     rows.dropped = int(np.sum(~keep))
     return rows
 
@@ -214,10 +235,10 @@ def keep_tensor_buffers_on_the_heap():
     return mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
 
 
-def tf_dataset(batches, count=None):
+def tf_dataset(batches, count=None, alignment=False):
     """A tf.data dataset of the padded batches the iterable `batches` yields (call it with a zero-argument function
     returning a fresh iterator, so each iteration starts over), prefetched on tf.data's threads; `count` batches when
-    known (Keras then shows progress)."""
+    known (Keras then shows progress). With `alignment`, the inputs hold the batches' `"alignment"` links too."""
     import tensorflow as tf
 
     def generator():
@@ -225,7 +246,10 @@ def tf_dataset(batches, count=None):
         yield from batches()
 
     spec = tf.TensorSpec([None, None], tf.int32)
-    dataset = tf.data.Dataset.from_generator(generator, output_signature=({"source": spec, "target_in": spec}, spec))
+    inputs = {"source": spec, "target_in": spec}
+    if alignment:
+        inputs["alignment"] = tf.TensorSpec([None, None, None], tf.uint8)
+    dataset = tf.data.Dataset.from_generator(generator, output_signature=(inputs, spec))
     if count is not None:
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(count))
     return dataset.prefetch(tf.data.AUTOTUNE).with_options(without_autotune())
@@ -273,9 +297,10 @@ def keras_data(batcher, items=None, skip=0):
 
     if keras.backend.backend() != "tensorflow":
         return py_dataset(batcher, items, skip)
+    alignment = batcher.alignment is not None
     if items is not None:
-        return tf_dataset(lambda: (batcher.pad(*item) for item in items), len(items))
-    return tf_dataset(lambda: batcher.stream(skip))
+        return tf_dataset(lambda: (batcher.pad(*item) for item in items), len(items), alignment)
+    return tf_dataset(lambda: batcher.stream(skip), alignment=alignment)
 
 
 def without_autotune():

@@ -8,6 +8,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from kmt.data import load_corpus
+from kmt.data.alignments import AlignmentFile
 from kmt.data.cleaning import ValidLines
 from kmt.data.shards import PreparedData, write_prepared
 from kmt.data.sources import ParallelText
@@ -80,7 +81,8 @@ def prepare_data(data_cfg, model_cfg, directory, record, vocabularies=None):
     reused as it is. `record` is the config it is prepared with, as YAML, kept in `directory/config.yaml` (a run on
     `data=prepared` takes its batching settings from there). The vocabulary is, in order: `directory/tokenizer` (a
     preparation interrupted after training it), `vocabularies` (a fine-tuning run's source), `data.vocabulary`, else
-    trained on the training split."""
+    trained on the training split. `data.train.alignments` (guided alignment) is read and checked along with the
+    training pairs, and their word links kept with them (`kmt.data.alignments`)."""
     directory = Path(directory)
     if (directory / "meta.json").is_file():
         prepared = PreparedData(directory)
@@ -90,6 +92,8 @@ def prepare_data(data_cfg, model_cfg, directory, record, vocabularies=None):
                 f"{model_cfg.max_length}; remove it to prepare again"
             )
         return prepared
+    alignments = data_cfg.train.get("alignments")  # runs from before the option lack the key
+    alignments = AlignmentFile(alignments, limited=bool(data_cfg.limit)) if alignments else None  # missing: say so now
     corpus = corpus_streams(data_cfg)
     if Vocabularies.exists(directory / "tokenizer"):
         vocabularies = Vocabularies.load(directory / "tokenizer")
@@ -109,5 +113,5 @@ def prepare_data(data_cfg, model_cfg, directory, record, vocabularies=None):
             "and the vocabulary given is not"
         )
     splits = {name: pairs_of(text) for name, text in corpus.items()}
-    write_prepared(directory, splits, vocabularies, model_cfg.max_length, record, data_cfg.clean)
+    write_prepared(directory, splits, vocabularies, model_cfg.max_length, record, data_cfg.clean, alignments)
     return PreparedData(directory)

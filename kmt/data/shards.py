@@ -13,6 +13,9 @@ A prepared directory (made by `kmt-prepare`, or by `kmt-train` inside its run di
     <split>.lines.npy            int64 (N,): the line of the split each kept pair came from
     <split>.source.txt           every line of the split as read (kept or not: BLEU translates every source line,
     <split>.target.txt           and subword sampling segments the kept ones afresh)
+    train.alignments.links       with `data.train.alignments` (guided alignment): the kept pairs' word links, uint16
+    train.alignments.index.npy   (source word, target word) pairs end to end, and int64 (N + 1,): where each pair's
+                                 start (`kmt.data.alignments`)
 
 The ids and the index are read from disk pair by pair (`OnDisk`), so a corpus larger than memory trains, and a
 process's memory does not grow with its corpus; writing streams over the text in chunks, so preparing one is not
@@ -33,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kmt.data.alignments import Links, LinksWriter
 from kmt.data.cleaning import Cleaner
 from kmt.errors import DataError
 from kmt.run_dir import write_atomically
@@ -44,14 +48,16 @@ CHUNK = 8192  # pairs encoded at a time
 SIDES = ("source", "target")
 
 
-def write_split(directory, name, pairs, vocabularies, max_length, clean=None):
+def write_split(directory, name, pairs, vocabularies, max_length, clean=None, alignments=None):
     """Encodes the `(source, target)` string pairs of the iterable `pairs` into `directory`'s files for split `name`,
     dropping pairs that are empty or longer than `max_length` on a side, and those the `clean` group's rules drop
-    (`kmt.data.cleaning.Cleaner`; None: none); returns the split's entry of `meta.json`."""
+    (`kmt.data.cleaning.Cleaner`; None: none); returns the split's entry of `meta.json`. With `alignments` (a
+    `kmt.data.alignments.AlignmentFile` read along with the pairs), the kept pairs' word links are written too."""
     directory = Path(directory)
     dtype = id_dtype(vocabularies)
     offsets, lines = array("q", [0, 0]), array("q")
     read, cleaner, tokens = 0, Cleaner(max_length, clean), [0, 0]
+    links = LinksWriter(directory, name) if alignments is not None else None
     files = {side: open(directory / f"{name}.{side}.ids", "wb") for side in SIDES}
     # errors="replace": a line that was not UTF-8 (dropped, data.clean.invalid_utf8=drop) is kept as text, readable
     texts = {
@@ -62,6 +68,8 @@ def write_split(directory, name, pairs, vocabularies, max_length, clean=None):
         pairs = iter(pairs)
         while chunk := list(itertools.islice(pairs, CHUNK)):
             sources, targets = [s for s, _ in chunk], [t for _, t in chunk]
+            # every line of links is checked against its pair, kept or not
+            chunk_links = alignments.take(sources, targets) if links is not None else None
             for side, text in zip(SIDES, (sources, targets)):
                 texts[side].write("".join(f"{line}\n" for line in text))
             source_ids = vocabularies.source.encode(cleaner.encodable(sources))
@@ -75,24 +83,32 @@ def write_split(directory, name, pairs, vocabularies, max_length, clean=None):
                     tokens[0] += len(s_ids)
                     tokens[1] += len(t_ids)
                     offsets.extend((tokens[0], tokens[1]))
+                    if links is not None:
+                        links.add(chunk_links[k], f"{alignments.path} line {read + k + 1}")
             for side in SIDES:
                 if kept[side]:
                     np.concatenate(kept[side]).astype(dtype).tofile(files[side])
             read += len(chunk)
+        if links is not None:
+            alignments.finish()
     finally:
-        for handle in (*files.values(), *texts.values()):
+        for handle in (*files.values(), *texts.values(), *([links.file, alignments] if links is not None else [])):
             handle.close()
     np.save(directory / f"{name}.index.npy", np.frombuffer(offsets, np.int64).reshape(-1, 2))
     np.save(directory / f"{name}.lines.npy", np.frombuffer(lines, np.int64))
     kept_pairs = len(lines)
     logger.info("%s", cleaner.summary(name, read, kept_pairs))
-    return {
+    entry = {
         "pairs": kept_pairs,
         "read": read,
         "dropped": cleaner.dropped,
         "source_tokens": tokens[0],
         "target_tokens": tokens[1],
     }
+    if links is not None:
+        entry["alignments"] = {"file": str(alignments.path), "links": links.finish()}
+        logger.info("%s: %d word links of the kept pairs from %s", name, entry["alignments"]["links"], alignments.path)
+    return entry
 
 
 def id_dtype(vocabularies):
@@ -101,10 +117,11 @@ def id_dtype(vocabularies):
     return np.dtype(np.uint16 if largest <= 2**16 else np.int32)
 
 
-def write_prepared(directory, splits, vocabularies, max_length, config_yaml, clean=None):
+def write_prepared(directory, splits, vocabularies, max_length, config_yaml, clean=None, alignments=None):
     """Writes a prepared directory: `splits` maps split names to iterables of `(source, target)` string pairs, each
     encoded with `vocabularies` (saved into `directory/tokenizer` unless there already) and filtered to
-    `max_length`; the train split is also cleaned by the rules of `clean` (the `data.clean` group; None: none).
+    `max_length`; the train split is also cleaned by the rules of `clean` (the `data.clean` group; None: none), and
+    keeps the word links of `alignments` (a `kmt.data.alignments.AlignmentFile`; None: none).
     `meta.json` is written last, atomically: a directory without it is incomplete."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -115,7 +132,9 @@ def write_prepared(directory, splits, vocabularies, max_length, config_yaml, cle
         vocabularies.save(directory / "tokenizer")
     write_atomically(directory / "config.yaml", config_yaml)
     entries = {
-        name: write_split(directory, name, pairs, vocabularies, max_length, clean if name == "train" else None)
+        name: write_split(
+            directory, name, pairs, vocabularies, max_length, *((clean, alignments) if name == "train" else ())
+        )
         for name, pairs in splits.items()
     }
     meta = {
@@ -183,10 +202,11 @@ class Rows:
     """Pairs of token-id rows, stored flat: `pair(i)` is pair i's source and target ids, numpy arrays.
 
     `source`, `target` (the ids end to end) and `offsets` ((N + 1, 2): where each pair's ids start) are numpy arrays
-    or `OnDisk` arrays: anything sliced like a numpy array."""
+    or `OnDisk` arrays: anything sliced like a numpy array. `links` (`kmt.data.alignments.Links` or None): the pairs'
+    word alignments, pair i's `links.of(i)`."""
 
-    def __init__(self, source, target, offsets):
-        self.source_ids, self.target_ids, self.offsets = source, target, offsets
+    def __init__(self, source, target, offsets, links=None):
+        self.source_ids, self.target_ids, self.offsets, self.links = source, target, offsets, links
 
     def __len__(self):
         return len(self.offsets) - 1
@@ -282,10 +302,13 @@ class Split(Rows):
         self.name, self.entry, self._directory = name, entry, Path(directory)
         ids = {side: _ids(self._directory / f"{name}.{side}.ids", dtype) for side in SIDES}
         offsets = OnDisk.npy(self._directory / f"{name}.index.npy")
-        super().__init__(ids["source"], ids["target"], offsets)
+        links = Links.read(self._directory, name) if "alignments" in entry else None
+        super().__init__(ids["source"], ids["target"], offsets, links)
         last = offsets[-1]
         if len(self) != entry["pairs"] or len(ids["source"]) != last[0] or len(ids["target"]) != last[1]:
             raise DataError(f"{self._directory}: the {name} split's files disagree with meta.json; prepare it again")
+        if links is not None and (len(links) != len(self) or links.offsets[-1] != len(links.links)):
+            raise DataError(f"{self._directory}: the {name} split's alignments disagree with its pairs; prepare again")
 
     @property
     def dropped(self):

@@ -1,6 +1,7 @@
 """The Transformer's layers and the recurrent baseline's (`recurrent.py`), in pure Keras 3 (`keras.ops` only:
 TensorFlow, JAX and PyTorch backends)."""
 
+from kmt.layers.alignment import GuidedAlignment
 from kmt.layers.attention import MultiHeadAttention
 from kmt.layers.decoder import DecoderLayer
 from kmt.layers.dropout import Dropout
@@ -25,6 +26,7 @@ __all__ = [
     "Dropout",
     "EncoderLayer",
     "FeedForward",
+    "GuidedAlignment",
     "MultiHeadAttention",
     "PositionalEmbedding",
     "TokenEmbedding",

@@ -34,12 +34,13 @@ class Seq2SeqModel(keras.Model):
         return super().__setattr__(name, value)
 
     @classmethod
-    def from_model_config(cls, model_cfg, source_vocab_size: int, target_vocab_size: int) -> "Seq2SeqModel":
+    def from_model_config(cls, model_cfg, source_vocab_size: int, target_vocab_size: int, **training) -> "Seq2SeqModel":
         """The model of `model_cfg` (the config's `model` group) for vocabularies of these sizes: each `__init__`
-        argument the group names (`num_layers`, `hidden_dim`, ...) takes the group's value, the rest its default."""
+        argument the group names (`num_layers`, `hidden_dim`, ...) takes the group's value, the rest its default.
+        `training` holds `__init__` arguments another group decides (`guided_alignment_weight`, from `optim`)."""
         arguments = inspect.signature(cls.__init__).parameters
         given = {name: model_cfg[name] for name in arguments if name not in ("self", "name") and name in model_cfg}
-        return cls(vocab_size=source_vocab_size, target_vocab_size=target_vocab_size, **given)
+        return cls(vocab_size=source_vocab_size, target_vocab_size=target_vocab_size, **given, **training)
 
     def encode(self, source):
         """The encoder (no dropout): int `source` `(B, S)` -> (`encoder_outputs` `(B, S, D)`, `source_mask`

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from kmt.config import ACTIVATIONS, POSITION_LAYOUTS
-from kmt.layers import Bias, DecoderLayer, Dropout, EncoderLayer, PositionalEmbedding
+from kmt.layers import Bias, DecoderLayer, Dropout, EncoderLayer, GuidedAlignment, PositionalEmbedding
 from kmt.layers.attention import check_divisible
 from kmt.layers.masks import causal_mask, source_attention_mask, target_attention_mask
 from kmt.models.base import Seq2SeqModel, check_choice, check_joint_vocabulary, check_rates, project
@@ -59,6 +59,11 @@ class Transformer(Seq2SeqModel):
             decoder), the best of a 6-layer model's layers against a statistical aligner (Garg et al., 2019).
         alignment_heads: int. How many of that layer's heads, from the first, are averaged: 0 averages them all; a
             model trained with guided alignment supervises head 0 and sets 1. Defaults to `0`.
+        guided_alignment_weight: float. Guided alignment training (Garg et al., 2019): when positive, the graph takes
+            a third input, `alignment` `(B, T, S)` (1 where target token t + 1 links source token s,
+            `kmt.data.batches`), and adds this weight times the cross-entropy of head 0 of the alignment layer's
+            cross-attention against it to the loss (`kmt.layers.GuidedAlignment`); `decode`, `encode` and
+            `decode_step` do not change. Defaults to `0.0`: two inputs, no added loss.
         name: str. Defaults to `"transformer"`.
 
     Example:
@@ -94,6 +99,7 @@ class Transformer(Seq2SeqModel):
         layer_norm_epsilon=1e-5,
         alignment_layer=None,
         alignment_heads=0,
+        guided_alignment_weight=0.0,
         name="transformer",
         **kwargs,
     ):
@@ -166,8 +172,18 @@ class Transformer(Seq2SeqModel):
 
         self.target_embedding_dropout, y = embedded(self.target_embedding, target_in, "target", target_word_dropout)
         self.decoder_layers = [DecoderLayer(**layer_args, name=f"decoder_layer_{i}") for i in range(num_decoder_layers)]
-        for layer in self.decoder_layers:
-            y = layer(y, x, self_attention_mask=target_mask, cross_attention_mask=source_mask)  # (B, T, D)
+        supervised = alignment_layer_index(alignment_layer, num_decoder_layers) if guided_alignment_weight else None
+        for i, layer in enumerate(self.decoder_layers):
+            if i == supervised:  # the cross-attention weights too: (B, H, T, S)
+                y, attention = layer(
+                    y,
+                    x,
+                    self_attention_mask=target_mask,
+                    cross_attention_mask=source_mask,
+                    return_attention_scores=True,
+                )
+            else:
+                y = layer(y, x, self_attention_mask=target_mask, cross_attention_mask=source_mask)  # (B, T, D)
         self.decoder_norm = (
             keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="decoder_norm") if norm_first else None
         )
@@ -184,9 +200,14 @@ class Transformer(Seq2SeqModel):
         self.output_bias = Bias(dtype="float32", name="output_bias") if output_bias else None
         if self.output_bias:
             logits = self.output_bias(logits)  # (B, T, V)
+        inputs = {"source": source, "target_in": target_in}
+        if guided_alignment_weight:
+            inputs["alignment"] = keras.Input(shape=(None, None), dtype="uint8", name="alignment")  # (B, T, S)
+            guide = GuidedAlignment(guided_alignment_weight, head=0, dtype="float32", name="guided_alignment")
+            logits = guide(logits, attention, inputs["alignment"])  # (B, T, V), the loss added on the way
         # Logits leave in float32 whatever the compute dtype, so the softmax and the loss are computed in float32.
         logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
-        super().__init__(inputs={"source": source, "target_in": target_in}, outputs=logits, name=name, **kwargs)
+        super().__init__(inputs=inputs, outputs=logits, name=name, **kwargs)
 
         # === Config ===
         self.vocab_size, self.target_vocab_size = vocab_size, target_vocab_size
@@ -200,6 +221,7 @@ class Transformer(Seq2SeqModel):
         self.source_word_dropout, self.target_word_dropout = source_word_dropout, target_word_dropout
         self.layer_norm_epsilon = layer_norm_epsilon
         self.alignment_layer, self.alignment_heads = alignment_layer, alignment_heads
+        self.guided_alignment_weight = guided_alignment_weight
 
     def get_config(self):
         return {
@@ -228,6 +250,7 @@ class Transformer(Seq2SeqModel):
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "alignment_layer": self.alignment_layer,
             "alignment_heads": self.alignment_heads,
+            "guided_alignment_weight": self.guided_alignment_weight,
         }
 
     # === Decoding ===
@@ -253,13 +276,7 @@ class Transformer(Seq2SeqModel):
 
     def alignment_layer_index(self):
         """The index of the decoder layer `alignment` reads (`alignment_layer`, or the penultimate layer)."""
-        count = len(self.decoder_layers)
-        layer = max(count - 2, 0) if self.alignment_layer is None else self.alignment_layer
-        if not -count <= layer < count:
-            raise ValueError(
-                f"alignment_layer must name one of the {count} decoder layers. Received: alignment_layer={layer}"
-            )
-        return layer % count
+        return alignment_layer_index(self.alignment_layer, len(self.decoder_layers))
 
     def alignment(self, target_in, encoder_outputs, source_mask):
         """Teacher-forced cross-attention of the alignment layer, averaged over its `alignment_heads` first heads
@@ -340,3 +357,14 @@ class Transformer(Seq2SeqModel):
         for layer in self.encoder_layers + self.decoder_layers:
             layer.dropout = rate  # their config, which a saved `.keras` file keeps
         return super().set_residual_dropout(rate)
+
+
+def alignment_layer_index(alignment_layer, count):
+    """The index of the decoder layer that `alignment_layer` names among `count` (None: the penultimate, or the
+    first of one); raises `ValueError` when it names none."""
+    layer = max(count - 2, 0) if alignment_layer is None else alignment_layer
+    if not -count <= layer < count:
+        raise ValueError(
+            f"alignment_layer must name one of the {count} decoder layers. Received: alignment_layer={layer}"
+        )
+    return layer % count

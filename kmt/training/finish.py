@@ -39,7 +39,11 @@ def finish(cfg, prepared, fitted):
             return None
         evaluation_data = lambda name: p.evaluation_data(name, local=True)  # noqa: E731
         p = replace(p, model=local_copy(weights, p.build))
-    write_atomically(run.model, p.model.save)
+    saved = p.model
+    if getattr(p.model, "guided_alignment_weight", 0.0):  # a graph that takes the alignments too: model.keras holds
+        p.decoder.set_weights(p.model.get_weights())  # the plain one that translates and scores, with its weights
+        saved = p.decoder
+    write_atomically(run.model, saved.save)
     if cfg.trainer.average_last > 1:
         paths = run.checkpoints.averageable()[-cfg.trainer.average_last :]
         every = cfg.trainer.save_every_updates

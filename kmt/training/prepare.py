@@ -22,6 +22,7 @@ from kmt.data.batches import Batcher, keras_data
 from kmt.data.prepared import prepare_data
 from kmt.data.shards import PreparedData
 from kmt.errors import ConfigError, KmtError
+from kmt.models.transformer import alignment_layer_index
 from kmt.run_dir import RunDir
 from kmt.tokenizer import Vocabularies
 from kmt.training.distribute import Placement, place
@@ -124,12 +125,19 @@ def prepare(cfg, run_dir, verbose=None):
     data, vocabularies = prepared_data(cfg.data, cfg.model, run, record, init_run, writes=placement.chief)
     if cfg.data.name == "prepared":
         resolved.data = inherited_data_settings(cfg.data, data.config().data)
+    guided = guided_alignment(cfg, data.split("train"))
+    if guided:  # exports and kmt-translate read the alignments from the head it supervised
+        resolved.model = {**resolved.model, "alignment_heads": 1}
     cfg = run_config(cfg, resolved)
     config_lib.validate(cfg)  # data=prepared: its batching settings, now known
     train = data.split("train")
     if not len(train):
         raise KmtError(f"no training pairs left after filtering empty and over-long pairs ({train.dropped})")
     fixed_shapes = cfg.data.pad_to_bucket or cfg.trainer.jit_compile  # XLA compiles once per shape
+
+    # Guided alignment: every batch carries its subword links, those of val and test none (their loss is the
+    # translation's alone), since the model takes them as an input.
+    words = (vocabularies.source.word_starts, vocabularies.target.word_starts) if guided else None
 
     def batcher(split, local=False, **options):
         spread = {} if local else {"replicas": placement.replicas, "shard": (placement.index, placement.processes)}
@@ -142,6 +150,7 @@ def prepare(cfg, run_dir, verbose=None):
             fixed_shapes,
             **options,
             **spread,
+            alignment=words,
         )
 
     train_batches = batcher(
@@ -174,7 +183,10 @@ def prepare(cfg, run_dir, verbose=None):
         total_steps = min(total_steps, max_updates)
     schedule = build_schedule(cfg.optim, cfg.model.hidden_dim, total_steps)
     sizes = vocabularies.source.vocab_size, vocabularies.target.vocab_size
-    build = lambda: compile_model(build_model(cfg.model, *sizes), cfg.optim, schedule, cfg.trainer.jit_compile)  # noqa: E731
+    weight = cfg.optim.guided_alignment_weight if guided else 0.0
+    build = lambda: compile_model(  # noqa: E731
+        build_model(cfg.model, *sizes, guided_alignment_weight=weight), cfg.optim, schedule, cfg.trainer.jit_compile
+    )
     with placement.scope():
         model = build()
     logger.info(
@@ -189,8 +201,9 @@ def prepare(cfg, run_dir, verbose=None):
             _load_init_weights(model, init_weights, build_model(cfg.model, *sizes, "float32"))
     log_schedule(schedule, total_steps, "trainer.max_updates" if total_steps == max_updates else "trainer.epochs")
     # Decoding and the export run in float32 whatever the training precision (see build_model).
-    # A distributed model's variables are spread over devices: the decoder is a copy on this process alone.
-    own = cfg.trainer.precision == "float32" and not placement.distributed
+    # A distributed model's variables are spread over devices: the decoder is a copy on this process alone. A guided
+    # model's graph takes the alignments too: the decoder is the plain graph, which translates and scores.
+    own = cfg.trainer.precision == "float32" and not placement.distributed and not guided
     decoder = model if own else build_model(cfg.model, *sizes, "float32")
     return Prepared(
         cfg,
@@ -260,6 +273,28 @@ def inherited_data_settings(data_cfg, prepared_data_cfg):
         key: prepared_data_cfg[key] for key in DATA_SETTINGS if data_cfg[key] is None and key in prepared_data_cfg
     }
     return inherited | {"tokenized": prepared_data_cfg.get("tokenized", False)}
+
+
+def guided_alignment(cfg, train):
+    """Whether the run trains on word alignments: its training split has them (`data.train.alignments`, prepared
+    with the data) and `optim.guided_alignment_weight` is positive. Logs what it decides."""
+    if train.links is None:
+        return False
+    source = train.entry["alignments"]["file"]
+    weight = cfg.optim.get("guided_alignment_weight", 0.0)  # runs from before the option lack the key
+    if not weight:
+        logger.info("the training pairs' alignments (%s) are not trained on: optim.guided_alignment_weight=0", source)
+        return False
+    model = cfg.model
+    layer = alignment_layer_index(model.get("alignment_layer"), model.num_decoder_layers or model.num_layers)
+    logger.info(
+        "guided alignment: head 0 of decoder layer %d learns the alignments of %s (weight %g); "
+        "model.alignment_heads=1, so alignments are read from that head",
+        layer,
+        source,
+        weight,
+    )
+    return True
 
 
 def subword_sampling(alpha, train, vocabularies):
