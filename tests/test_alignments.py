@@ -58,6 +58,9 @@ def test_the_run_its_savedmodel_and_ctranslate2_translate_from_prefixes_and_alig
     for line, prefix, text in zip(LINES, PREFIXES, texts["run"]):
         assert text.startswith(prefix) if line else text == ""
     assert texts["run"][3] == translators["run"].translate([LINES[3]])[0]  # an empty prefix: the plain translation
+    scores = {name: [h.score for h in hypotheses] for name, hypotheses in results.items()}
+    for other in ("savedmodel", "ctranslate2"):  # the whole translation's, the prefix's tokens included
+        np.testing.assert_allclose(scores[other], scores["run"], rtol=1e-4)
     alignments = {name: [h.alignment for h in hypotheses] for name, hypotheses in results.items()}
     assert alignments["run"] == alignments["savedmodel"] == alignments["ctranslate2"]
     for line, text, alignment in zip(LINES, texts["run"], alignments["run"]):

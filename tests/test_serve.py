@@ -31,6 +31,11 @@ SENTENCES = [
 ]
 SENTENCES += ["Tuesday, March 5, 1996", "7/4/21", "the 3rd of December 2001", "2020"]  # 32, of varied lengths
 REQUEST_TIMEOUT_S = 20  # the module's server: how long a stalled body is waited for (ample for a few decodes)
+STEERED = {  # a request of each steering signature: a target prefix, alignments of translations and of given pairs
+    "translate_prefix": {"instances": [{"text": "3 June 1951", "prefix": "19"}, {"text": "2020", "prefix": ""}]},
+    "translate_align": {"instances": SENTENCES[:3]},
+    "align": {"inputs": {"source": SENTENCES[:2], "target": ["1950-05-01", "1951-06-02"]}},
+}
 HELD_MS = "600000"  # a 10-minute batch window: a batch forms at --max-batch-size sentences (or at SIGTERM)
 WAIT_S = 120  # the bound on a wait for a state that a working server reaches in well under a second
 
@@ -212,6 +217,26 @@ def test_tensorflow_serving_requests_and_responses(server, smoke_run):
     nbest = server.post("/v1/models/kmt:predict", {"signature_name": "translate_nbest", "instances": sentences[:1]})
     assert nbest[2]["predictions"][0]["translations"] == [row[2]["predictions"][0]["translation"]]  # greedy: K = 1
     assert server.post("/v1/models/kmt:predict", {"instances": []})[2] == {"predictions": []}
+
+    steered = {"text": sentences[:2], "prefix": ["19", "1951-06"]}
+    direct = signatures["translate_prefix"](**{key: tf.constant(values) for key, values in steered.items()})
+    rows = [dict(zip(steered, row)) for row in zip(*steered.values())]
+    status, _, body = server.post("/v1/models/kmt:predict", {"signature_name": "translate_prefix", "instances": rows})
+    assert status == 200 and [p["translation"] for p in body["predictions"]] == [
+        t.decode() for t in direct["translation"].numpy()
+    ]
+    assert [p["translation"][:2] for p in body["predictions"]] == ["19", "19"]  # each begins with its prefix
+    direct = signatures["translate_align"](text=tf.constant(sentences))
+    status, _, body = server.post(
+        "/v1/models/kmt:predict", {"signature_name": "translate_align", "instances": sentences}
+    )
+    assert status == 200 and [(p["translation"], p["alignment"]) for p in body["predictions"]] == [
+        (t.decode(), a.decode()) for t, a in zip(direct["translation"].numpy(), direct["alignment"].numpy())
+    ]
+    assert all(re.fullmatch(r"(\d+-\d+( \d+-\d+)*)?", p["alignment"]) for p in body["predictions"])  # Pharaoh
+    direct = signatures["align"](**{key: tf.constant(values) for key, values in pairs.items()})
+    status, _, body = server.post("/v1/models/kmt:predict", {"signature_name": "align", "inputs": pairs})
+    assert status == 200 and body == {"outputs": [a.decode() for a in direct["alignment"].numpy()]}
 
     assert server.get("/v1/models/kmt")[2] == {
         "model_version_status": [
@@ -597,7 +622,14 @@ def test_load_bench_answers_every_good_request_beside_hostile_clients_with_its_s
 
 
 @pytest.mark.e2e
-def test_a_ctranslate2_directory_is_served_with_the_saved_models_answers(smoke_run, serial, tmp_path):
+def approximately(body):
+    """A predict answer with its scores compared to float32's rounding (CTranslate2 sums in another order)."""
+    if isinstance(body, dict):
+        return {key: pytest.approx(v, rel=1e-4) if key == "score" else approximately(v) for key, v in body.items()}
+    return [approximately(item) for item in body] if isinstance(body, list) else body
+
+
+def test_a_ctranslate2_directory_is_served_with_the_saved_models_answers(smoke_run, server, serial, tmp_path):
     from kmt.cli import export as export_cli
 
     export_cli.main([str(smoke_run), "--format", "ctranslate2", "--output", str(tmp_path / "ct2")])
@@ -616,6 +648,10 @@ def test_a_ctranslate2_directory_is_served_with_the_saved_models_answers(smoke_r
         assert status == 200 and [p["translation"] for p in body["predictions"]] == [
             serial[s][0] for s in SENTENCES[:2]
         ]
+        for signature, request in STEERED.items():  # the SavedModel's signatures, answered by CTranslate2
+            request = {"signature_name": signature, **request}
+            status, _, body = running.post("/v1/models/kmt:predict", request)
+            assert status == 200 and approximately(body) == server.post("/v1/models/kmt:predict", request)[2]
     finally:
         assert running.stop() == 0
 

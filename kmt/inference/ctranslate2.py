@@ -146,8 +146,8 @@ class CT2Translator(BatchedTranslator):
     def search(self, sources, settings: SearchSettings | None = None, prefixes=None):
         """Best translation of each row of source ids (lists or arrays, no start or end token): `(ids, scores)`, a
         list of int lists without start or end token and a list of float scores (greedy: the sum of the
-        log-probabilities, the end token's included; beam: divided by CTranslate2's length penalty; the prefix's
-        tokens are not scored).
+        log-probabilities, the end token's and a prefix's included; beam: divided by CTranslate2's length penalty, a
+        prefix's tokens not scored).
 
         Rows are cut to the model's `max_length` tokens; `settings` (default: the exported ones) set the beam size,
         length penalty and output limits (`max_length` at most the model's). An empty row gives `[]`, 0. `prefixes`,
@@ -176,7 +176,21 @@ class CT2Translator(BatchedTranslator):
         # probabilities (kmt leaves their share out instead), so only a sentence that emitted one is decoded again.
         suppressed = dict(search, suppress_sequences=[[piece] for piece in self.never])
         self._search_rows(rows, limits, padded, results, suppressed)
+        if prefixes is not None and alpha == 0:
+            self._score_whole(rows, prefix_pieces, results)
         return [ids for ids, _ in results], [score for _, score in results]
+
+    def _score_whole(self, rows, prefixes, results):
+        """CTranslate2 scores only the tokens after a target prefix, kmt the whole translation (comparable across
+        prefixes): greedy search adds the prefix's log-probability, the prefix scored as the search forced it."""
+        chosen = [i for i, (_, score) in enumerate(results) if 0 < len(prefixes[i]) < self.max_length]
+        chosen = [i for i in chosen if not math.isnan(results[i][1])]
+        if not chosen:
+            return
+        scored = self.translator.score_batch([rows[i] for i in chosen], [prefixes[i] for i in chosen])
+        for i, result in zip(chosen, scored):
+            ids, score = results[i]
+            results[i] = (ids, score + float(sum(result.log_probs[:-1])))  # the end token score_batch adds left out
 
     def _search_rows(self, rows, limits, pending, results, search):
         """Decodes `rows[i]` for each i in `pending` into `results[i]`; returns those whose output holds the pad or
