@@ -1,5 +1,5 @@
 """Target prefixes and word alignments: the word-alignment function on hand-made attention, and on a trained run
-the same prefixed translations and the same alignments from its Keras model, its SavedModel and its CTranslate2
+(e2e) the same prefixed translations and the same alignments from its Keras model, its SavedModel and its CTranslate2
 directory."""
 
 import importlib.util
@@ -45,6 +45,7 @@ PREFIXES = ["19", "2001-", "x", "", "1999 12", "20"]
 
 
 @needs_ctranslate2
+@pytest.mark.e2e
 def test_the_run_its_savedmodel_and_ctranslate2_translate_from_prefixes_and_align_alike(smoke_run, tmp_path):
     import kmt
     from kmt.inference.loading import load_translator

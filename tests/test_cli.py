@@ -498,3 +498,52 @@ def test_translate_takes_a_run_directory(smoke_run, tmp_path):
     assert texts == [line.split("\t", 1)[1] for line in from_export] and texts[0]
     beam = _translated(smoke_run, lines, "--beam-size", "2", path=tmp_path / "beam")  # a run searches as asked
     assert len(beam) == 3
+
+
+def test_translate_steers_from_prefixes_and_aligns_and_kmt_align_forces_pairs(smoke_run, tmp_path, capsys):
+    from kmt.cli import align, translate
+
+    lines = ["Tuesday, March 5, 1996", "", "5 june 2001", "1 May 1990"]
+    prefixes = tmp_path / "prefixes.txt"
+    prefixes.write_text("19\n\n\n2001-\n")
+    outputs = _translated(smoke_run / "export", lines, "--prefixes", prefixes, "--alignments", path=tmp_path / "t")
+    rows = [line.split(" ||| ") for line in outputs]
+    assert len(rows) == 4 and all(len(row) == 2 for row in rows)  # `translation ||| i-j ...` on every line
+    assert rows[0][0].startswith("19") and rows[3][0].startswith("2001-") and rows[1] == ["", ""]
+    assert rows[2][0] == _translated(smoke_run / "export", [lines[2]], path=tmp_path / "plain")[0]  # no prefix
+    for line, (text, links) in zip(lines, rows):
+        pairs = [tuple(map(int, link.split("-"))) for link in links.split()]
+        assert all(0 <= i < len(line.split()) and 0 <= j < len(text.split()) for i, j in pairs)
+
+    (tmp_path / "src").write_text("".join(f"{line}\n" for line in lines))
+    (tmp_path / "tgt").write_text("".join(f"{text}\n" for text, _ in rows))
+    status, out, _ = _called(capsys, align.main, smoke_run, "--source", tmp_path / "src", "--target", tmp_path / "tgt")
+    assert status == 0 and out.splitlines() == [links for _, links in rows]  # a translation's own alignment
+
+    (tmp_path / "short").write_text("19\n")
+    status, line = refused(
+        capsys,
+        translate.main,
+        smoke_run / "export",
+        "--input",
+        tmp_path / "src",
+        "--output",
+        tmp_path / "out",
+        "--prefixes",
+        tmp_path / "short",
+    )
+    assert (status, line) == (
+        2,
+        "error: the prefixes end at line 1, before the input does: give one prefix a line (an empty line for none)",
+    )
+    status, line = refused(capsys, align.main, smoke_run, "--source", tmp_path / "src", "--target", tmp_path / "short")
+    assert status == 2 and line == (
+        f"error: --target {tmp_path / 'short'} has 1 lines and --source {tmp_path / 'src'} 4: "
+        "give one translation a source line"
+    )
+
+
+def test_kmt_align_refuses_a_missing_file_in_one_line_in_a_process_of_its_own(smoke_run, tmp_path):
+    result = run_cli("align", smoke_run / "export", "--source", tmp_path / "none", "--target", tmp_path / "none")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"error: cannot read {tmp_path / 'none'}: No such file or directory"]

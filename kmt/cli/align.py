@@ -13,6 +13,7 @@ Examples:
 """
 
 import argparse
+import contextlib
 import sys
 
 from kmt.cli import console_script
@@ -63,11 +64,11 @@ def main(argv=None):
         translator = load_translator(args.export_dir, batch_size=args.batch_size)
         alignments = translator.align(sources, targets, progress=args.verbose)
         try:
-            out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
+            out = contextlib.nullcontext(sys.stdout) if args.output == "-" else open(args.output, "w", encoding="utf-8")
         except OSError as error:
             raise KmtError(f"cannot write {args.output}: {error.strerror}") from None
-        with out:
-            out.writelines(f"{pharaoh(alignment)}\n" for alignment in alignments)
+        with out as stream:  # stdout stays open for whoever runs main() next
+            stream.writelines(f"{pharaoh(alignment)}\n" for alignment in alignments)
 
 
 if __name__ == "__main__":
