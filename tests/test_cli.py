@@ -241,7 +241,11 @@ def test_export_rebuilds_from_a_checkpoint(smoke_run, tmp_path, capsys):
     from kmt.cli import export, translate
 
     status, out, err = _called(
-        capsys, export.main, smoke_run, "--checkpoint", "best", "--output", tmp_path / "best", "--beam-size", "2"
+        capsys,
+        export.main,
+        smoke_run,
+        *("--checkpoint", "best", "--output", tmp_path / "best", "--beam-size", "2"),
+        *("--max-length-a", "0", "--max-length-b", "4"),  # at most 4 tokens, the end token's included
     )
     assert status == 0, err[-2000:]
     assert out.splitlines()[-1] == f"exported best to {tmp_path / 'best'}"
@@ -254,6 +258,8 @@ def test_export_rebuilds_from_a_checkpoint(smoke_run, tmp_path, capsys):
     nbest = [line.split("\t") for line in translated.stdout.splitlines()]  # 2 lines per input line, best first
     assert len(nbest) == 4 and nbest[2:] == [["0.0000", ""], ["0.0000", ""]]
     assert float(nbest[0][0]) >= float(nbest[1][0]) and nbest[0][1] != nbest[1][1]
+    [unlimited] = _translated(smoke_run / "export", ["Tuesday, March 5, 1996"], path=tmp_path / "unlimited")
+    assert max(len(nbest[0][1]), len(nbest[1][1])) < len(unlimited)  # cut short by --max-length-b
     assert refused(capsys, translate.main, tmp_path / "best", "--nbest", "3") == (
         2,
         "error: nbest 3 is more than the 2 hypotheses of the export's beam; export the run with "

@@ -25,8 +25,9 @@ import argparse
 from kmt.cli import console_script
 from kmt.cli.common import add_search_flags, search_overrides, setup_logging
 from kmt.cli.errors import exit_on_user_error
+from kmt.inference.settings import OPTIONS
 
-SEARCH = ("beam_size", "length_penalty", "sampling_topk", "sampling_temperature", "sampling_topp")  # its flags
+SEARCH = tuple(option.name for option in OPTIONS if option.config)  # a flag for each key of the decode group
 
 
 def parse_args(argv=None):
