@@ -19,6 +19,7 @@ from tests.helpers import optional
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 SCRIPTS = [
+    "alignment",
     "attention_scaling",
     "batching",
     "corpus_scale",
@@ -29,6 +30,7 @@ SCRIPTS = [
     "multi30k",
     "multi30k_jax",
     "opus_mt",
+    "prefix_speed",
     "serve_load",
     "train_throughput",
 ]
@@ -486,3 +488,26 @@ def test_the_jax_bench_turns_bad_input_into_one_line(tmp_path):
         f"error: {tmp_path} holds no metrics.json and bench.json: pass the run directory `train --out` finished"
     )
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.e2e
+def test_the_steering_benches_score_alignments_by_layer_and_time_prefixed_decoding(smoke_run, tmp_path):
+    sources, targets = ["1 May 1950", "3 June 1951", "7/4/21"], ["1950-05-01", "1951 06 03", "2021-07-04"]
+    (tmp_path / "src").write_text("".join(f"{line}\n" for line in sources))
+    (tmp_path / "tgt").write_text("".join(f"{line}\n" for line in targets))
+    (tmp_path / "gold").write_text("2-0\n2-0 1?1 0-2\n0?0\n")  # sure and possible links
+    (tmp_path / "other").write_text("2-0\n2-0 1-1 0-2\n\n")  # another aligner: every sure link, no wrong one
+    common = ("--source", tmp_path / "src", "--target", tmp_path / "tgt")
+    result = run_bench(
+        "alignment", smoke_run, *common, "--reference", tmp_path / "gold", "--aligner", f"other={tmp_path / 'other'}"
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = json.loads(result.stdout.splitlines()[-1])["rows"]
+    assert rows[0] == {"aligner": "other", "layer": "", "heads": "", "aer": 0.0, "precision": 1.0, "recall": 1.0}
+    assert [row["layer"] for row in rows[1:]] == list(range(len(rows) - 1))  # each of the run's decoder layers
+    assert all(0 <= row["aer"] <= 1 for row in rows)
+
+    result = run_bench("prefix_speed", smoke_run, *common, "--batch-size", "2", "--repeats", "1", "--words", "1")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "last call: 2 of 2 translations begin with their prefix" in result.stdout
+    assert len(json.loads(result.stdout.splitlines()[-1])["rows"]) == 3
