@@ -210,7 +210,7 @@ def test_the_guided_graph_takes_the_links_and_adds_the_weighted_loss_to_the_tran
     assert np.allclose(
         ops.convert_to_numpy(logits), ops.convert_to_numpy(plain({"source": source, "target_in": target_in}))
     )
-    # The loss added: 0.5 x the cross-entropy of head 0 of the penultimate (first) decoder layer.
+    # The loss added: 0.5 x the cross-entropy of head 0 of the last decoder layer.
     encoded, mask = guided.encode(source)
     guided.alignment_heads = 1
     head = guided.alignment(target_in, encoded, mask)

@@ -55,8 +55,8 @@ class Transformer(Seq2SeqModel):
         target_word_dropout: float. The same on the decoder's input (the shifted target). Defaults to `0.0`.
         layer_norm_epsilon: float. Defaults to `1e-5`.
         alignment_layer: int or None. The decoder layer whose cross-attention gives word alignments (`alignment`;
-            negative counts from the last). Defaults to `None`: the penultimate layer (the first of a one-layer
-            decoder), the best of a 6-layer model's layers against a statistical aligner (Garg et al., 2019).
+            negative counts from the last). Defaults to `None`: the last layer, the closest of a Multi30k model's
+            layers to eflomal's alignments on val (docs/experiments/alignment.md); Marian's and CTranslate2's too.
         alignment_heads: int. How many of that layer's heads, from the first, are averaged: 0 averages them all; a
             model trained with guided alignment supervises head 0 and sets 1. Defaults to `0`.
         guided_alignment_weight: float. Guided alignment training (Garg et al., 2019): when positive, the graph takes
@@ -275,7 +275,7 @@ class Transformer(Seq2SeqModel):
         return y
 
     def alignment_layer_index(self):
-        """The index of the decoder layer `alignment` reads (`alignment_layer`, or the penultimate layer)."""
+        """The index of the decoder layer `alignment` reads (`alignment_layer`, or the last layer)."""
         return alignment_layer_index(self.alignment_layer, len(self.decoder_layers))
 
     def alignment(self, target_in, encoder_outputs, source_mask):
@@ -360,9 +360,9 @@ class Transformer(Seq2SeqModel):
 
 
 def alignment_layer_index(alignment_layer, count):
-    """The index of the decoder layer that `alignment_layer` names among `count` (None: the penultimate, or the
-    first of one); raises `ValueError` when it names none."""
-    layer = max(count - 2, 0) if alignment_layer is None else alignment_layer
+    """The index of the decoder layer that `alignment_layer` names among `count` (None: the last); raises
+    `ValueError` when it names none."""
+    layer = count - 1 if alignment_layer is None else alignment_layer
     if not -count <= layer < count:
         raise ValueError(
             f"alignment_layer must name one of the {count} decoder layers. Received: alignment_layer={layer}"

@@ -127,7 +127,7 @@ def prepare(cfg, run_dir, verbose=None):
         resolved.data = inherited_data_settings(cfg.data, data.config().data)
     guided = guided_alignment(cfg, data.split("train"))
     if guided:  # exports and kmt-translate read the alignments from the head it supervised
-        resolved.model = {**resolved.model, "alignment_heads": 1}
+        resolved.model = {**resolved.model, "alignment_heads": 1, "alignment_layer": guided_layer(cfg.model)}
     cfg = run_config(cfg, resolved)
     config_lib.validate(cfg)  # data=prepared: its batching settings, now known
     train = data.split("train")
@@ -275,6 +275,12 @@ def inherited_data_settings(data_cfg, prepared_data_cfg):
     return inherited | {"tokenized": prepared_data_cfg.get("tokenized", False)}
 
 
+def guided_layer(model):
+    """The index of the decoder layer a guided run supervises, which the run saves as `model.alignment_layer` so that
+    its exports read it whatever the default becomes."""
+    return alignment_layer_index(model.get("alignment_layer"), model.num_decoder_layers or model.num_layers)
+
+
 def guided_alignment(cfg, train):
     """Whether the run trains on word alignments: its training split has them (`data.train.alignments`, prepared
     with the data) and `optim.guided_alignment_weight` is positive. Logs what it decides."""
@@ -285,8 +291,7 @@ def guided_alignment(cfg, train):
     if not weight:
         logger.info("the training pairs' alignments (%s) are not trained on: optim.guided_alignment_weight=0", source)
         return False
-    model = cfg.model
-    layer = alignment_layer_index(model.get("alignment_layer"), model.num_decoder_layers or model.num_layers)
+    layer = guided_layer(cfg.model)
     logger.info(
         "guided alignment: head 0 of decoder layer %d learns the alignments of %s (weight %g); "
         "model.alignment_heads=1, so alignments are read from that head",
