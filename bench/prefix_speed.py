@@ -72,7 +72,7 @@ def main(argv=None):
             for name in names:
                 seconds[name].append(spent[name])
         texts = [t.decode() for t in outputs[names[2]]["translation"].numpy()]
-        kept = sum(text.startswith(prefix) for text, prefix in zip(texts, batches[-1][1].numpy().astype(str)))
+        kept = sum(text.startswith(prefix) for text, prefix in zip(texts, (p.decode() for p in batches[-1][1].numpy())))
     count = len(calls) * args.batch_size
     base = median(seconds["translate"])
     rows = [

@@ -54,7 +54,7 @@ def test_the_guide_runs_as_written_and_prints_what_it_says(tmp_path):
     assert (work / "runs" / "api").is_dir(), "the guide trained no run into runs/api"
     keras_progress = re.compile(r"Epoch \d+/\d+|\d+/\d+ - ")  # what model.fit prints while kmt.train runs
     lines = [line for line in result.stdout.splitlines() if not keras_progress.match(line)]
-    assert len(lines) == 6, result.stdout
+    assert len(lines) == 8, result.stdout
 
     # kmt.train's metrics: the val BLEU, in range, and the export (its path in the run, its size).
     bleu, export = lines[0].split(" ", 1)
@@ -62,12 +62,19 @@ def test_the_guide_runs_as_written_and_prints_what_it_says(tmp_path):
     assert 0 <= float(bleu) <= 100 and export["bytes"] > 0, lines[0]
     assert (work / "runs" / "api" / export["path"] / "saved_model.pb").is_file(), lines[0]
     # kmt.load(...).translate: a list of one translation, as Python prints it.
-    for line in (lines[1], lines[4]):
+    for line in (lines[1], lines[6]):
         translations = ast.literal_eval(line)
         assert isinstance(translations, list) and len(translations) == 1 and isinstance(translations[0], str), line
     # nbest=2: two hypotheses, best first, each a log-probability score and a text.
     scores = [float(line.split("  ", 1)[0]) for line in lines[2:4]]
     assert all(score <= 0 for score in scores) and scores == sorted(scores, reverse=True), lines[2:4]
+    # The prefixed translation starts with its prefix; alignments are (source word, target word) index pairs.
+    steered, alignment = lines[4].rsplit(" ((", 1)
+    assert steered.startswith("1996-"), lines[4]
+    pairs = ast.literal_eval("((" + alignment)
+    assert pairs and all(0 <= source < 4 and target >= 0 for source, target in pairs), lines[4]
+    [forced] = ast.literal_eval(lines[5])
+    assert forced and all(0 <= source < 4 and target == 0 for source, target in forced), lines[5]
     # kmt.evaluate: BLEU, chrF and exact match, each in its range.
-    scored = re.fullmatch(r"BLEU ([\d.]+), chrF ([\d.]+), exact match (\d+)%", lines[5])
-    assert scored and all(0 <= float(value) <= 100 for value in scored.groups()), lines[5]
+    scored = re.fullmatch(r"BLEU ([\d.]+), chrF ([\d.]+), exact match (\d+)%", lines[7])
+    assert scored and all(0 <= float(value) <= 100 for value in scored.groups()), lines[7]
