@@ -2,8 +2,8 @@
 
 The library's face, imported when first used: `kmt.compose_config`, `kmt.train`, `kmt.load`, `kmt.export` and
 `kmt.evaluate` (`kmt.api`), `kmt.import_marian` (`kmt.importers.marian`, an OPUS-MT checkpoint as a run), and
-`kmt.SearchSettings` (`kmt.inference.settings`); also the models (`kmt.Transformer`,
-`kmt.LSTM`, `kmt.models`), `kmt.layers`, `kmt.losses` and `kmt.schedule`.
+`kmt.SearchSettings` (`kmt.inference.settings`) and `kmt.Glossary` (`kmt.inference.glossary`); also the models
+(`kmt.Transformer`, `kmt.LSTM`, `kmt.models`), `kmt.layers`, `kmt.losses` and `kmt.schedule`.
 
 `import kmt` is cheap and changes nothing in the process: it imports neither Keras nor TensorFlow (which alone takes
 seconds), so a command that needs neither (kmt-plot, kmt-serve until it has opened its port, kmt-translate on a
@@ -25,6 +25,7 @@ _LAZY = {
     "evaluate": "kmt.api",
     "import_marian": "kmt.importers.marian",
     "SearchSettings": "kmt.inference.settings",
+    "Glossary": "kmt.inference.glossary",
     "Transformer": "kmt.models.transformer",
     "LSTM": "kmt.models.lstm",
     "models": "kmt.models",
@@ -32,7 +33,7 @@ _LAZY = {
     "losses": "kmt.losses",
     "schedule": "kmt.schedule",
 }
-__all__ = ["SearchSettings", "compose_config", "evaluate", "export", "import_marian", "load", "train"]
+__all__ = ["Glossary", "SearchSettings", "compose_config", "evaluate", "export", "import_marian", "load", "train"]
 
 
 def __getattr__(name):

@@ -22,6 +22,7 @@ SCRIPTS = [
     "alignment",
     "attention_scaling",
     "batching",
+    "constraints",
     "corpus_scale",
     "decode_speed",
     "decode_sweep",
@@ -491,7 +492,7 @@ def test_the_jax_bench_turns_bad_input_into_one_line(tmp_path):
 
 
 @pytest.mark.e2e
-def test_the_steering_benches_score_alignments_by_layer_and_time_prefixed_decoding(smoke_run, tmp_path):
+def test_the_steering_benches_score_alignments_by_layer_and_time_prefixed_and_constrained_decoding(smoke_run, tmp_path):
     sources, targets = ["1 May 1950", "3 June 1951", "7/4/21"], ["1950-05-01", "1951 06 03", "2021-07-04"]
     (tmp_path / "src").write_text("".join(f"{line}\n" for line in sources))
     (tmp_path / "tgt").write_text("".join(f"{line}\n" for line in targets))
@@ -511,3 +512,9 @@ def test_the_steering_benches_score_alignments_by_layer_and_time_prefixed_decodi
     assert result.returncode == 0, result.stderr[-2000:]
     assert "last call: 2 of 2 translations begin with their prefix" in result.stdout
     assert len(json.loads(result.stdout.splitlines()[-1])["rows"]) == 3
+
+    result = run_bench("constraints", smoke_run, *common, "--batch-size", "2", "--beam-size", "2", "--seed", "3")
+    assert result.returncode == 0, result.stderr[-2000:]
+    figures = json.loads(result.stdout.splitlines()[-1])
+    assert figures["sentences"] == 3 and 3 <= figures["phrases"] <= 9 and figures["satisfied"] == figures["fitted"]
+    assert [row["signature"] for row in figures["rows"]] == ["translate", "translate_constrained"]

@@ -112,3 +112,92 @@ def test_a_prefix_comes_first_and_a_phrase_inside_it_counts_as_met():
     tokens, _, met = search(model, phrases([[[8]], [[10, 11]]]), 2, beam_size=3, prefix=prefix)
     assert met.all()
     assert emitted(tokens[0])[:2] == [7, 8] and emitted(tokens[1])[0] == 9 and contains(emitted(tokens[1]), [10, 11])
+
+
+LINES = ["Tuesday, March 5, 1996", "", "5 june 2001", "1 May 1990"]
+PHRASES = [["1996"], [], ["06", "2001"], ["1990-05"]]
+
+
+def test_a_run_and_its_savedmodel_put_every_phrase_in_their_translations(smoke_run):
+    import kmt
+    from kmt.errors import KmtError
+    from kmt.inference.settings import SettingsError
+    from kmt.inference.translators import met
+
+    run, export = kmt.load(smoke_run), kmt.load(smoke_run / "export")
+    greedy = run.translate(LINES, constraints=PHRASES, nbest=1)
+    assert [hypotheses[0].text for hypotheses in greedy] == [
+        h[0].text for h in export.translate(LINES, constraints=PHRASES, nbest=1)
+    ]  # the export searches as the run does (greedy)
+    assert all(met(phrases, h[0]) for phrases, h in zip(PHRASES, greedy)) and greedy[1][0].text == ""
+    beam = run.translate(LINES, settings=run.settings.replace(beam_size=3), constraints=PHRASES, nbest=2)
+    assert all(met(phrases, h) for phrases, hypotheses in zip(PHRASES, beam) for h in hypotheses)
+    assert run.translate(LINES[2:3], constraints=[[]]) == run.translate(LINES[2:3])  # no phrase: plain search
+
+    with pytest.raises(SettingsError, match=r"^Sampling\(.*\) cannot take constraints; Greedy or Beam can"):
+        run.translate(LINES, settings=run.settings.replace(sampling_topk=5), constraints=PHRASES)
+    with pytest.raises(KmtError, match="^line 3: a constraint is empty"):
+        export.translate(LINES, constraints=[[], [], ["2001", " "], []])
+    with pytest.raises(KmtError, match="^line 1: the constraints need more tokens than the sentence's output limit"):
+        run.translate(LINES[:1], constraints=[["1996 " * 60]])
+    with pytest.raises(KmtError, match="whose translate_constrained takes no prefix: .* come from the run directory"):
+        export.translate(LINES, constraints=PHRASES, prefixes=["1996"] * 4)
+    steered = run.translate(LINES, constraints=PHRASES, prefixes=["19", "", "", "1990"])  # the run takes both
+    assert steered[0].startswith("19") and "1996" in steered[0] and steered[3].startswith("1990-05")
+
+
+def test_kmt_translate_takes_fairseqs_layout_and_counts_what_it_could_not_meet(smoke_run, tmp_path, capsys, caplog):
+    from kmt.cli import translate
+    from tests.helpers import refused
+
+    path = tmp_path / "constrained.tsv"
+    path.write_text("".join("\t".join([line, *phrases]) + "\n" for line, phrases in zip(LINES, PHRASES)))
+    out = tmp_path / "out.txt"
+    translate.main([str(smoke_run / "export"), "--constraints", str(path), "--output", str(out)])
+    outputs = out.read_text().split("\n")[:-1]
+    assert len(outputs) == 4 and outputs[1] == ""
+    assert all(phrase in text for text, phrases in zip(outputs, PHRASES) for phrase in phrases), outputs
+
+    path.write_text("5 june 2001\t2001\n5 june 2001\t\uff12\uff10\uff10\uff11\n")  # NFKC makes it 2001
+    translate.main([str(smoke_run / "export"), "--constraints", str(path), "--output", str(out)])
+    assert "1 of 2 translations miss a constraint (lines 2)" in caplog.text
+
+    path.write_text("Tuesday, March 5, 1996\t1996\t\n")
+    status, line = refused(capsys, translate.main, smoke_run / "export", "--constraints", path)
+    assert (status, line) == (2, "error: line 1: a constraint is empty: give each a word or more")
+    status, line = refused(capsys, translate.main, smoke_run / "export", "--constraints", path, "--input", path)
+    assert status == 2 and line.endswith("leave out --input")
+
+
+def test_a_glossary_finds_whole_words_in_their_case_longest_first_and_names_a_bad_line(tmp_path):
+    from kmt import Glossary
+    from kmt.errors import KmtError
+
+    path = tmp_path / "terms.tsv"
+    path.write_text("dog\tHund\nhot  dog\tHotdog\n\nCat\tKatze\n", encoding="utf-8")
+    glossary = Glossary.load(path)
+    assert len(glossary) == 3
+    assert glossary.constraints("A hot dog, a dog and a dog.") == ["Hotdog", "Hund"]
+    assert glossary.constraints("Dogs, hotdogs, a cat.") == [] and glossary.constraints("Cat!") == ["Katze"]
+    path.write_text("dog\tHund\ncat Katze\n", encoding="utf-8")
+    with pytest.raises(KmtError, match=rf"^{path}:2: a glossary line is 'source term<TAB>target term'"):
+        Glossary.load(path)
+
+
+def test_kmt_translate_with_a_glossary_puts_each_found_terms_translation_in(smoke_run, tmp_path, capsys):
+    from tests.helpers import refused
+
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("March\t03\njune\t06\nJune\t07\n", encoding="utf-8")  # "june" only
+    source = tmp_path / "src.txt"
+    source.write_text("".join(f"{line}\n" for line in LINES))
+    out = tmp_path / "out.txt"
+    from kmt.cli import translate
+
+    translate.main([str(smoke_run), "--glossary", str(terms), "--input", str(source), "--output", str(out)])
+    outputs = out.read_text().split("\n")[:-1]
+    assert len(outputs) == 4 and "03" in outputs[0] and "06" in outputs[2] and outputs[1] == ""
+
+    terms.write_text("March 03\n")
+    status, line = refused(capsys, translate.main, smoke_run / "export", "--glossary", terms)
+    assert status == 2 and line.startswith(f"error: {terms}:1: a glossary line is 'source term<TAB>target term'")

@@ -238,6 +238,28 @@ def test_tensorflow_serving_requests_and_responses(server, smoke_run):
     status, _, body = server.post("/v1/models/kmt:predict", {"signature_name": "align", "inputs": pairs})
     assert status == 200 and body == {"outputs": [a.decode() for a in direct["alignment"].numpy()]}
 
+    phrases = [["1951"], ["06", "19"], []]  # each translation holds its sentence's phrases, in rows and columns alike
+    table = tf.constant([["1951", ""], ["06", "19"], ["", ""]])
+    direct = signatures["translate_constrained"](text=tf.constant(sentences[:3]), constraints=table)
+    rows = [{"text": text, "constraints": c} for text, c in zip(sentences, phrases)]
+    status, _, body = server.post(
+        "/v1/models/kmt:predict", {"signature_name": "translate_constrained", "instances": rows}
+    )
+    assert status == 200 and [p["translation"] for p in body["predictions"]] == [
+        t.decode() for t in direct["translation"].numpy()
+    ]
+    assert all(phrase in p["translation"] for p, row in zip(body["predictions"], phrases) for phrase in row)
+    columns = {"text": sentences[:3], "constraints": phrases}
+    status, _, body = server.post(
+        "/v1/models/kmt:predict", {"signature_name": "translate_constrained", "inputs": columns}
+    )
+    assert status == 200 and body["outputs"]["translation"] == [t.decode() for t in direct["translation"].numpy()]
+    rows[0]["constraints"] = "1951"
+    status, _, body = server.post(
+        "/v1/models/kmt:predict", {"signature_name": "translate_constrained", "instances": rows}
+    )
+    assert (status, body) == (400, {"error": "instances[0].constraints must be a list of strings. Received: str"})
+
     assert server.get("/v1/models/kmt")[2] == {
         "model_version_status": [
             {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
@@ -657,11 +679,17 @@ def test_a_ctranslate2_directory_is_served_with_the_saved_models_answers(smoke_r
 
 
 @pytest.mark.e2e
-def test_a_run_directory_is_served_with_the_saved_models_answers(smoke_run, serial):
+def test_a_run_directory_is_served_with_the_saved_models_answers(smoke_run, server, serial):
     running = Server(smoke_run)  # `kmt-serve RUN_DIR`: the run's Keras model, searching with its decode settings
     try:
         status, _, body = running.post("/translate", {"text": SENTENCES[:8]})
         assert status == 200, body
         assert body["translations"] == [serial[sentence][0] for sentence in SENTENCES[:8]]
+        request = {
+            "signature_name": "translate_constrained",
+            "instances": [{"text": text, "constraints": ["19", "05"]} for text in SENTENCES[:2]],
+        }
+        status, _, body = running.post("/v1/models/kmt:predict", request)
+        assert status == 200 and approximately(body) == server.post("/v1/models/kmt:predict", request)[2]
     finally:
         assert running.stop() == 0

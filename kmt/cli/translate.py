@@ -4,7 +4,10 @@ Output line i always translates input line i (with --nbest N, lines N*i to N*i +
 whitespace-only lines give empty lines, over-long lines are truncated to the model's maximum length. With --prefixes
 FILE, translation i begins with line i of FILE (autocompletion, forced starts); with --alignments each line ends in
 its word alignment, Marian's layout: `translation ||| 0-0 1-2 ...` (source word i - target word j, from 0, over
-whitespace-separated words). A SavedModel's
+whitespace-separated words). With --constraints FILE, FILE is the input in fairseq's layout, each sentence followed
+by the target phrases its translation must contain, tab-separated (lexically constrained beam search); the
+translations that could not contain them all are counted on stderr, with their lines. --glossary TSV adds, for
+every source term (whole words, its case) found in a line, its target term to the line's constraints. A SavedModel's
 search settings (beam size, length penalty) are those it was exported with (`kmt-export RUN_DIR --beam-size N` to
 change them).
 
@@ -21,9 +24,13 @@ Examples:
     echo "Tuesday, March 5, 1996" | kmt-translate runs/dates/<time>/export
     kmt-translate runs/multi30k/<time>/ctranslate2_int8 --beam-size 5 --input test.en --output test.hyp.de
     kmt-translate runs/multi30k/<time>/export --input test.en --prefixes starts.de --alignments
+    printf 'A man is sleeping.\tMann\tschläft\n' | kmt-translate runs/multi30k/<time>/export --constraints -
+    kmt-translate runs/multi30k/<time>/export --glossary terms.tsv < test.en
 """
 
 import argparse
+import collections
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -33,6 +40,7 @@ from kmt.cli.common import add_search_flags, search_overrides, setup_logging
 from kmt.cli.errors import exit_on_user_error, fail
 from kmt.errors import KmtError
 from kmt.inference.alignments import pharaoh
+from kmt.inference.glossary import Glossary
 from kmt.inference.loading import load_translator, translator_kind
 from kmt.inference.settings import SearchSettings
 from kmt.inference.translate import translate_stream
@@ -73,6 +81,18 @@ def parse_args(argv=None):
         metavar="FILE",
         help="target prefixes, one a line, line by line with the input (an empty line: none): each translation "
         "begins with its prefix and the search goes on from it (CTranslate2's target_prefix)",
+    )
+    parser.add_argument(
+        "--constraints",
+        metavar="FILE",
+        help="translate FILE ('-': stdin) instead of --input, each line the sentence, then the target phrases its "
+        "translation must contain, tab-separated (fairseq's --constraints layout); not for CTranslate2",
+    )
+    parser.add_argument(
+        "--glossary",
+        metavar="TSV",
+        help="source term, TAB, target term a line (no header): each line's translation contains the target term "
+        "of every source term found in it (whole words, case as given); constrained search, not for CTranslate2",
     )
     parser.add_argument(
         "--alignments",
@@ -152,9 +172,15 @@ def main(argv=None):
         if any(value is not None for value in overrides.values()):
             settings = (translator.settings or SearchSettings()).replace(**overrides)
         checks = dict(settings=settings, nbest=args.nbest, alignments=args.alignments)
-        translator.translate([], prefixes=[] if args.prefixes else None, **checks)  # before any line is read
+        glossary = None if args.glossary is None else Glossary.load(args.glossary)
+        constraints = [] if args.constraints or args.glossary else None
+        translator.translate([], prefixes=[] if args.prefixes else None, constraints=constraints, **checks)
+    if args.constraints and args.input != "-":
+        fail("--constraints FILE is the input (each sentence, then its constraints): leave out --input")
     prefixes = None if args.prefixes is None else read_lines(open_input(args.prefixes))
-    stream = open_input(args.input)
+    stream = open_input(args.constraints or args.input)
+    pending = collections.deque()  # each line's phrases, from when it is read until it is translated
+    constraints = iter(pending.popleft, None) if args.constraints or glossary else None
     interactive = stream.isatty()
     if interactive:
         print("kmt-translate: type a sentence and press Enter; Ctrl-D ends", file=sys.stderr)
@@ -163,6 +189,11 @@ def main(argv=None):
 
     def lines():
         for line in read_lines(stream):
+            if constraints is not None:  # the sentence, then its phrases; then its glossary terms
+                line, *phrases = line.split("\t") if args.constraints else (line,)
+                pending.append(
+                    phrases + [t for t in (glossary.constraints(line) if glossary else ()) if t not in phrases]
+                )
             if len(plotted) < args.attention_limit:
                 plotted.append(line)
             yield line
@@ -171,7 +202,9 @@ def main(argv=None):
         out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
     except OSError as error:
         fail(f"cannot write {args.output}: {error.strerror}")
-    with stream, out, exit_on_user_error():
+    # stdin and stdout stay open for whoever called `main` (a test, a script); files are closed.
+    keep = contextlib.nullcontext
+    with keep() if stream is sys.stdin.buffer else stream, keep() if out is sys.stdout else out, exit_on_user_error():
         try:
             for hypotheses in translate_stream(
                 translator,
@@ -182,6 +215,7 @@ def main(argv=None):
                 progress=args.verbose,
                 prefixes=prefixes,
                 alignments=args.alignments,
+                constraints=constraints,
             ):
                 for hypothesis in hypotheses:
                     text = hypothesis.text.replace("\n", " ")  # one line out per hypothesis

@@ -123,6 +123,7 @@ class CT2Translator(BatchedTranslator):
             )
         written = read_json(path / SETTINGS, "export the run again with `kmt-export RUN_DIR --format ctranslate2`")
         self.settings = SearchSettings.of(**written)
+        self.path = path
         self.max_length = written["max_length"]
         self.batch_size = batch_size
         self.vocabularies = Vocabularies.load(path)
@@ -231,7 +232,14 @@ class CT2Translator(BatchedTranslator):
     def _check(self, settings):
         settings.strategy.require("ctranslate2")
 
-    def _translate_batch(self, lines, settings, nbest, prefixes):
+    def _check_features(self, prefixes=False, alignments=False, nbest=1, constraints=False):
+        if constraints:
+            raise KmtError(
+                f"{self.path} is a CTranslate2 directory, which cannot constrain a translation: the SavedModel "
+                "(`kmt-export RUN_DIR`) or the run directory can"
+            )
+
+    def _translate_batch(self, lines, settings, nbest, prefixes, constraints=None):
         prefix_ids = None if prefixes is None else self.vocabularies.target.encode(prefixes)
         ids, scores = self.search(self.vocabularies.source.encode(lines), settings, prefix_ids)
         texts = self.vocabularies.target.decode([[i for i in row if i > END_ID] for row in ids])

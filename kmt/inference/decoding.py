@@ -34,6 +34,7 @@ def search_ids(
     pad_id=PAD_ID,
     random_uniform=None,
     prefix=None,
+    constraints=None,
     hypotheses=False,
 ):
     """Translates a batch of token ids: encode once, then the settings' strategy searches.
@@ -60,6 +61,9 @@ def search_ids(
             `keras.random.uniform` (Keras's global seed generator).
         prefix: int `(B, P)` target ids each translation begins with, pad after each row's; a row must fit its
             sentence's limit (the caller checks). Defaults to `None`.
+        constraints: int `(B, C, W)` target phrases each translation must contain, pad after each phrase's ids
+            (lexically constrained search, `kmt.inference.constrained`; greedy and beam search only). Defaults to
+            `None`.
         hypotheses: bool. Keep the hypothesis axis whatever the strategy (one hypothesis for greedy search and
             sampling). Defaults to `False`: kept only for a beam's `nbest`.
 
@@ -95,6 +99,7 @@ def search_ids(
         limit,
         max_lengths=limits,
         prefix=prefix,
+        constraints=constraints,
         random_uniform=random_uniform or keras.random.uniform,
         ids=dict(start_id=start_id, end_id=end_id, pad_id=pad_id),
     )

@@ -21,7 +21,8 @@ def export_translator(translator, directory):
         "translate_prefix": translator.translate_prefix,
         "score": translator.score,
     }
-    for name in ("translate_align", "align"):  # a Transformer's: alignments come from its cross-attention
+    # A Transformer's alignments come from its cross-attention; a sampling export takes no constraints.
+    for name in ("translate_constrained", "translate_align", "align"):
         if hasattr(translator, name):
             signatures[name] = getattr(translator, name)
     write_atomically(directory, lambda partial: tf.saved_model.save(translator, str(partial), signatures=signatures))

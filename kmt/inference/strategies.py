@@ -22,6 +22,7 @@ from kmt.errors import KmtError
 
 FORMATS = {"run": "a run directory", "savedmodel": "a SavedModel", "ctranslate2": "a CTranslate2 directory"}
 FEATURES = ("prefixes", "alignments")  # what every strategy does, in every format that decodes with it
+CONSTRAINED = ("run", "savedmodel")  # the formats that decode with constraints (CTranslate2 cannot)
 
 
 class SettingsError(KmtError, ValueError):
@@ -81,14 +82,20 @@ class Strategy:
 
     def supports(self, feature: str) -> bool:
         """Whether this strategy decodes in format `feature` (`run`, `savedmodel`, `ctranslate2`) or does `feature`
-        (`prefixes`, `alignments`)."""
-        return feature in FEATURES or feature in self.formats
+        (`prefixes`, `alignments`, `constraints`)."""
+        return feature in FEATURES or feature in self.formats or (feature == "constraints" and self.constrains)
+
+    constrains: ClassVar[bool] = False  # whether its search takes constraints (in the `CONSTRAINED` formats)
 
     def require(self, feature: str):
         """Raises a `SettingsError` naming the formats that can, unless `supports(feature)`."""
-        if not self.supports(feature):
-            able = " or ".join(FORMATS[name] for name in FORMATS if self.supports(name))
-            raise SettingsError(f"{FORMATS.get(feature, feature)} cannot decode with {self}; {able} can")
+        if self.supports(feature):
+            return
+        if feature not in FORMATS:  # a feature: name the strategies that have it
+            able = " or ".join(cls.__name__ for cls in STRATEGIES if cls.constrains or feature != "constraints")
+            raise SettingsError(f"{self} cannot take {feature}; {able} can (set beam_size, sampling_topk=1)")
+        able = " or ".join(FORMATS[name] for name in FORMATS if self.supports(name))
+        raise SettingsError(f"{FORMATS[feature]} cannot decode with {self}; {able} can")
 
     def options(self) -> dict[str, Any]:
         """Every flat option's value: this strategy's own, the others' `off` values."""
@@ -96,7 +103,9 @@ class Strategy:
         values.update({f.metadata["name"]: getattr(self, f.name) for f in dataclasses.fields(self)})
         return values
 
-    def search(self, next_fn, state, batch_size, max_length, *, max_lengths, prefix, random_uniform, ids):
+    def search(
+        self, next_fn, state, batch_size, max_length, *, max_lengths, prefix, random_uniform, ids, constraints=None
+    ):
         """Searches: `(tokens, scores)`, int32 `(B, n, L+1)` with the start token in column 0 and float32 `(B, n)`,
         n being `nbest` or 1.
 
@@ -109,17 +118,36 @@ class Strategy:
             prefix: int `(B, P)` target ids each translation must begin with (pad after each), or None.
             random_uniform: `shape -> float32 uniform [0, 1)` tensor, for strategies that draw.
             ids: {"start_id", "end_id", "pad_id"}.
+            constraints: int `(B, C, W)` target phrases each translation must contain (pad after each phrase's
+                ids; `kmt.inference.constrained`), or None; only where `supports("constraints")`.
         """
         raise NotImplementedError
 
 
 @dataclasses.dataclass(frozen=True)
 class Greedy(Strategy):
-    """The most probable token at each step (beam search with one beam)."""
+    """The most probable token at each step (beam search with one beam; with constraints, the constrained beam
+    search of one beam, which takes each constraint's tokens as soon as the model lets it)."""
 
-    def search(self, next_fn, state, batch_size, max_length, *, max_lengths, prefix, random_uniform, ids):
+    constrains: ClassVar[bool] = True
+
+    def search(
+        self, next_fn, state, batch_size, max_length, *, max_lengths, prefix, random_uniform, ids, constraints=None
+    ):
         from kmt.inference.search import greedy_search
 
+        if constraints is not None:
+            return Beam(size=1, length_penalty=0.0, nbest=1).search(
+                next_fn,
+                state,
+                batch_size,
+                max_length,
+                max_lengths=max_lengths,
+                prefix=prefix,
+                random_uniform=random_uniform,
+                ids=ids,
+                constraints=constraints,
+            )
         tokens, scores = greedy_search(
             next_fn, state, batch_size, max_length, max_lengths=max_lengths, prefix=prefix, **ids
         )
@@ -148,6 +176,8 @@ class Beam(Strategy):
             f"nbest must be 1 to beam_size. Received: nbest={self.nbest}, beam_size={self.size}",
         )
 
+    constrains: ClassVar[bool] = True
+
     @property
     def beams(self):
         return self.size
@@ -157,9 +187,28 @@ class Beam(Strategy):
         # CTranslate2 directories return one hypothesis a sentence.
         return tuple(FORMATS) if self.nbest in (None, 1) else ("run", "savedmodel")
 
-    def search(self, next_fn, state, batch_size, max_length, *, max_lengths, prefix, random_uniform, ids):
+    def search(
+        self, next_fn, state, batch_size, max_length, *, max_lengths, prefix, random_uniform, ids, constraints=None
+    ):
         from kmt.inference.search import beam_search
 
+        if constraints is not None:  # Post & Vilar's dynamic beam allocation (kmt.inference.constrained)
+            from kmt.inference.constrained import constrained_beam_search
+
+            tokens, scores, _ = constrained_beam_search(
+                next_fn,
+                state,
+                batch_size,
+                max_length,
+                constraints,
+                self.size,
+                self.length_penalty,
+                max_lengths=max_lengths,
+                num_hypotheses=self.nbest or 1,
+                prefix=prefix,
+                **ids,
+            )
+            return tokens, scores
         if self.size == 1:  # one beam is greedy search, with its scores (no length penalty)
             return Greedy().search(
                 next_fn,
@@ -225,9 +274,13 @@ class Sampling(Strategy):
         )
         check(0 < self.top_p <= 1, f"sampling_topp must be in (0, 1]. Received: sampling_topp={self.top_p}")
 
-    def search(self, next_fn, state, batch_size, max_length, *, max_lengths, prefix, random_uniform, ids):
+    def search(
+        self, next_fn, state, batch_size, max_length, *, max_lengths, prefix, random_uniform, ids, constraints=None
+    ):
         from kmt.inference.search import sample_search
 
+        if constraints is not None:
+            self.require("constraints")
         noise = random_uniform((batch_size, max_length))  # (B, L): one draw a sentence and step
         tokens, scores = sample_search(
             next_fn,

@@ -26,7 +26,16 @@ def map_sorted(fn, items, batch_size=64, key=len, progress=False, verb="translat
 
 
 def translate_stream(
-    translator, lines, *, settings=None, nbest=1, buffer_size=1000, progress=False, prefixes=None, alignments=False
+    translator,
+    lines,
+    *,
+    settings=None,
+    nbest=1,
+    buffer_size=1000,
+    progress=False,
+    prefixes=None,
+    alignments=False,
+    constraints=None,
 ):
     """Yields each line's `nbest` best `kmt.inference.translators.Hypothesis`es for each line of the iterable `lines`,
     in order, as soon as it is translated by `translator` (a `kmt.inference.translators.Translator`, searching with
@@ -36,15 +45,19 @@ def translate_stream(
     large file never sits in memory whole, its translations come out while it is read, and a `buffer_size` of 1
     answers each line as it arrives (an interactive session; fairseq-interactive's `--buffer-size`).
 
-    `prefixes`, an iterable of one target prefix per line, and `alignments` are `Translator.translate`'s; a
-    `KmtError` says which of the two ran out first when they are not as long as each other.
+    `prefixes`, an iterable of one target prefix per line, `alignments` and `constraints`, an iterable of one list
+    of phrases per line (read after its line), are `Translator.translate`'s; a `KmtError` says whether the lines or
+    the prefixes ran out first when they are not as long as each other.
     """
     from kmt.errors import KmtError
 
     lines, done, started = iter(lines), 0, time.perf_counter()
     prefixes = None if prefixes is None else iter(prefixes)
+    constraints = None if constraints is None else iter(constraints)
     while chunk := list(itertools.islice(lines, buffer_size)):
         options = dict(settings=settings, nbest=nbest, alignments=alignments)
+        if constraints is not None:
+            options["constraints"] = list(itertools.islice(constraints, len(chunk)))
         if prefixes is not None:
             options["prefixes"] = list(itertools.islice(prefixes, len(chunk)))
             if len(options["prefixes"]) < len(chunk):
@@ -52,6 +65,8 @@ def translate_stream(
                     f"the prefixes end at line {done + len(options['prefixes'])}, before the input does: give one "
                     "prefix a line (an empty line for none)"
                 )
+        if constraints is not None or prefixes is not None:  # their messages name the stream's line numbers
+            options["first_line"] = done + 1
         yield from translator.translate(chunk, **options)
         done += len(chunk)
         if progress:

@@ -16,6 +16,10 @@ scored (forced decoding; fairseq's `--score-reference`).
 `translate_prefix` takes `text` and `prefix`, tf.string `[None]` each, and returns `translation` and `score` as
 `translate` does, each translation beginning with its prefix (token for token after the target tokenizer; an empty
 prefix is an ordinary translation); a prefix longer than its sentence's output limit gives "" and a NaN score.
+`translate_constrained` takes `text` and `constraints`, tf.string `[None, None]`: each sentence's target phrases
+("" for none), which its translation must contain (lexically constrained beam search,
+`kmt.inference.constrained`), and returns `translation` and `score`; phrases that need more tokens than the
+sentence's output limit give "" and a NaN score. (Not in an export that samples.)
 A Transformer's export also has `translate_align`, which returns `translate`'s outputs and `alignment`: tf.string
 `[None]`, the translation's word alignment as Pharaoh links `i-j` (source word i, target word j over
 whitespace-separated words; `kmt.inference.alignments`), and `align`, which takes `source` and `target` and returns
@@ -41,6 +45,7 @@ from kmt.special_ids import END_ID, PAD_ID
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 PAIR_SPECS = [tf.TensorSpec([None], tf.string, name="source"), tf.TensorSpec([None], tf.string, name="target")]
 PREFIX_SPECS = [TEXT_SPEC, tf.TensorSpec([None], tf.string, name="prefix")]
+CONSTRAINED_SPECS = [TEXT_SPEC, tf.TensorSpec([None, None], tf.string, name="constraints")]
 
 
 class TranslatorModule(tf.Module):
@@ -88,7 +93,7 @@ class TranslatorModule(tf.Module):
             source = tf.pad(source, [[0, 0], [0, tf.maximum(1 - tf.shape(source)[1], 0)]])  # S >= 1 if all empty
             return source, ids.row_lengths() <= source_tokenizer.added
 
-        def search(source, prefix=None):
+        def search(source, prefix=None, constraints=None):
             tokens, scores = search_ids(  # (B, K, L), (B, K)
                 model,
                 source,
@@ -96,6 +101,7 @@ class TranslatorModule(tf.Module):
                 use_cache=use_cache,
                 random_uniform=lambda shape: tf.random.uniform(shape),  # a stateful op: new draws every call
                 prefix=prefix,
+                constraints=constraints,
                 hypotheses=True,
             )
             return tokens, tf.cast(scores, tf.float32)
@@ -163,7 +169,28 @@ class TranslatorModule(tf.Module):
                 "score": tf.where(empty, 0.0, tf.where(fits, scores[:, 0], float("nan"))),
             }
 
+        def translate_constrained(text, constraints):
+            source, empty = source_ids(text)
+            shape = tf.shape(constraints)  # (B, C)
+            phrase_ids = target_tokenizer.tokenize(tf.reshape(constraints, [-1]))  # (B*C, None) ragged
+            needed = tf.reduce_sum(tf.reshape(phrase_ids.row_lengths(), shape), axis=1)  # (B,)
+            limits = decode_lengths(source, max_length, settings.max_length_a, settings.max_length_b)
+            fits = needed <= tf.cast(limits, tf.int64)  # (B,)
+            phrases = phrase_ids.to_tensor(default_value=PAD_ID)  # (B*C, W)
+            phrases = tf.pad(phrases, [[0, 0], [0, tf.maximum(1 - tf.shape(phrases)[1], 0)]])  # W >= 1
+            phrases = tf.reshape(phrases, [shape[0], shape[1], tf.shape(phrases)[1]])  # (B, C, W)
+            tokens, scores = search(source, constraints=tf.where(fits[:, None, None], phrases, PAD_ID))
+            translation = target_tokenizer.detokenize(tokens[:, 0])
+            return {
+                "translation": tf.where(empty | ~fits, tf.constant(""), translation),
+                "score": tf.where(empty, 0.0, tf.where(fits, scores[:, 0], float("nan"))),
+            }
+
         self.translate = tf.function(translate, input_signature=[TEXT_SPEC], autograph=False)
+        if settings.strategy.supports("constraints"):
+            self.translate_constrained = tf.function(
+                translate_constrained, input_signature=CONSTRAINED_SPECS, autograph=False
+            )
         self.translate_nbest = tf.function(translate_nbest, input_signature=[TEXT_SPEC], autograph=False)
         self.translate_prefix = tf.function(translate_prefix, input_signature=PREFIX_SPECS, autograph=False)
         self.score = tf.function(score, input_signature=PAIR_SPECS, autograph=False)

@@ -18,6 +18,7 @@ Example:
 """
 
 import dataclasses
+import logging
 import math
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
@@ -28,6 +29,8 @@ from kmt.errors import KmtError
 from kmt.inference.settings import SearchSettings, SettingsError
 from kmt.inference.translate import map_sorted
 from kmt.special_ids import END_ID, PAD_ID
+
+logger = logging.getLogger(__name__)
 
 
 class Hypothesis(NamedTuple):
@@ -67,6 +70,7 @@ class Translator(Protocol):
         nbest: int | None = None,
         prefixes: Sequence[str] | None = None,
         alignments: bool = False,
+        constraints: Sequence[Sequence[str]] | None = None,
     ) -> list[str] | list["Hypothesis"] | list[list["Hypothesis"]]:
         """Each line's best translation (`nbest` None), or its `nbest` best `Hypothesis`es, best first."""
 
@@ -92,8 +96,10 @@ class BatchedTranslator:
         nbest: int | None = None,
         prefixes: Sequence[str] | None = None,
         alignments: bool = False,
+        constraints: Sequence[Sequence[str]] | None = None,
         progress: bool = False,
         long_prefixes: str = "raise",
+        first_line: int = 1,
     ) -> list[str] | list[Hypothesis] | list[list[Hypothesis]]:
         """Translates `lines`, a sequence of str: a list of str (`nbest` None), or of each line's `nbest` best
         `Hypothesis`es, best first (or one `Hypothesis` a line with `alignments` and no `nbest`). Inputs are cut to
@@ -111,10 +117,16 @@ class BatchedTranslator:
                 from it (CTranslate2's `target_prefix`). A prefix longer than its sentence's output limit is a
                 `KmtError` naming its line. Defaults to `None`.
             alignments: give each hypothesis its word `alignment` (`align` on the translation). Defaults to `False`.
+            constraints: one list of target phrases per line, each of which its translation must contain
+                (lexically constrained beam search, fairseq's `--constraints`; not CTranslate2). An empty phrase is
+                a `KmtError` naming its line, as are phrases that need more tokens than the sentence's output
+                limit; a translation that could not contain them all is logged as a warning, with its line.
+                Defaults to `None`.
             progress: log `translated done/total (lines/s)` after each batch. Defaults to `False`.
             long_prefixes: `"raise"` a `KmtError` for a prefix longer than its sentence's limit, or `"keep"` going:
                 that line translates to "" with a NaN score (as the SavedModel's `translate_prefix` answers; what a
                 server does, one request's prefix not failing the others batched with it). Defaults to `"raise"`.
+            first_line: the number messages give `lines[0]` (a stream's later chunks). Defaults to `1`.
         """
         if nbest is not None and nbest < 1:
             raise SettingsError(f"nbest must be positive. Received: nbest={nbest}")
@@ -125,23 +137,58 @@ class BatchedTranslator:
                 raise KmtError(
                     f"translate takes one prefix a line. Received: {len(lines)} lines, {len(prefixes)} prefixes"
                 )
+        if constraints is not None:
+            constraints = [check_phrases(first_line + i, phrases) for i, phrases in enumerate(constraints)]
+            if len(constraints) != len(lines):
+                raise KmtError(
+                    "translate takes one list of constraints a line. "
+                    f"Received: {len(lines)} lines, {len(constraints)} lists"
+                )
         settings = self._checked(settings, nbest or 1)
-        self._check_features(prefixes=prefixes is not None, alignments=alignments, nbest=nbest or 1)
-        items = list(zip(lines, prefixes)) if prefixes is not None else [(line, "") for line in lines]
+        self._check_features(
+            prefixes=prefixes is not None, alignments=alignments, nbest=nbest or 1, constraints=constraints is not None
+        )
+        if constraints is not None and (settings or self.settings) is not None:  # a SavedModel's: its signature
+            (settings or self.settings).strategy.require("constraints")
+        items = [
+            (line, prefixes[i] if prefixes is not None else "", constraints[i] if constraints is not None else [])
+            for i, line in enumerate(lines)
+        ]
         results = map_sorted(
             lambda batch: self._translate_batch(
-                [line for line, _ in batch], settings, nbest or 1, [p for _, p in batch] if prefixes else None
+                [line for line, _, _ in batch],
+                settings,
+                nbest or 1,
+                [p for _, p, _ in batch] if prefixes is not None else None,
+                [c for _, _, c in batch] if constraints is not None else None,
             ),
             items,
             self.batch_size,
             key=lambda item: len(item[0]),
             progress=progress,
         )
-        for i, prefix in enumerate(prefixes if prefixes and long_prefixes == "raise" else ()):
-            if prefix and math.isnan(results[i][0].score):
+        for i, (_, prefix, phrases) in enumerate(items if long_prefixes == "raise" else ()):
+            if (prefix or phrases) and math.isnan(results[i][0].score):
+                what = f"the prefix {prefix[:60]!r} is longer" if prefix else "the constraints need more tokens"
+                what = (
+                    f"the prefix {prefix[:60]!r} and the constraints need more tokens" if prefix and phrases else what
+                )
                 raise KmtError(
-                    f"line {i + 1}: the prefix {prefix[:60]!r} is longer than the sentence's output limit, "
+                    f"line {first_line + i}: {what} than the sentence's output limit, "
                     "min(max_length, ceil(max_length_a * source tokens + max_length_b)) tokens"
+                )
+        if constraints is not None:
+            missed = [
+                first_line + i
+                for i, (phrases, found) in enumerate(zip(constraints, results))
+                if not met(phrases, found[0])
+            ]
+            if missed:
+                logger.warning(
+                    "%d of %d translations miss a constraint (lines %s)",
+                    len(missed),
+                    len(lines),
+                    ", ".join(map(str, missed[:20])) + (", ..." if len(missed) > 20 else ""),
                 )
         if alignments:
             pairs = [(line, h.text) for line, hypotheses in zip(lines, results) for h in hypotheses]  # "" aligns none
@@ -190,11 +237,11 @@ class BatchedTranslator:
         """The settings to search with: `settings` or the translator's own, with `nbest`."""
         return (settings or self.settings).replace(nbest=nbest)
 
-    def _check_features(self, prefixes=False, alignments=False, nbest=1):
-        """Raises a `KmtError` for what this translator cannot do (prefixes, alignments, n-best lists with a
-        prefix), naming what can."""
+    def _check_features(self, prefixes=False, alignments=False, nbest=1, constraints=False):
+        """Raises a `KmtError` for what this translator cannot do (prefixes, alignments, constraints, n-best lists
+        with a prefix), naming what can."""
 
-    def _translate_batch(self, lines, settings, nbest, prefixes):  # -> [[Hypothesis] * nbest for each line]
+    def _translate_batch(self, lines, settings, nbest, prefixes, constraints=None):  # -> [[Hypothesis] * nbest]
         raise NotImplementedError
 
     def _score_batch(self, sources, targets):  # -> [Score for each pair]
@@ -202,6 +249,24 @@ class BatchedTranslator:
 
     def _align_batch(self, sources, targets):  # -> [alignment pairs for each pair]
         raise NotImplementedError
+
+
+def check_phrases(line, phrases):
+    """Line `line`'s constraints as a list of str, each with text: an empty one is a `KmtError` naming its line."""
+    if isinstance(phrases, str):
+        raise KmtError(f"line {line}: constraints are a list of phrases a line. Received: {phrases!r}")
+    phrases = list(phrases)
+    for phrase in phrases:
+        if not str(phrase).strip():
+            raise KmtError(f"line {line}: a constraint is empty: give each a word or more")
+    return phrases
+
+
+def met(phrases, hypothesis):
+    """Whether `hypothesis`'s text contains each of `phrases` (what a user checks; a sentence translated to ""
+    because its constraints did not fit meets none)."""
+    text = " ".join(hypothesis.text.split())
+    return all(" ".join(phrase.split()) in text for phrase in phrases)
 
 
 def scorable(source_rows, target_rows, max_length, added=0):
@@ -247,33 +312,38 @@ class KerasTranslator(BatchedTranslator):
         self.max_length = max_length_of(ensemble_members(model))
         self._modules = {}  # SearchSettings -> TranslatorModule, under TensorFlow
 
-    def _check_features(self, prefixes=False, alignments=False, nbest=1):
+    def _check_features(self, prefixes=False, alignments=False, nbest=1, constraints=False):
         from kmt.inference.alignments import require_alignment
         from kmt.inference.ensemble import ensemble_members
 
         if alignments:
             require_alignment(ensemble_members(self.model)[0])
 
-    def _translate_batch(self, lines, settings, nbest, prefixes):
+    def _translate_batch(self, lines, settings, nbest, prefixes, constraints=None):
         import keras
 
-        if keras.backend.backend() == "tensorflow" and prefixes is None:
+        if keras.backend.backend() == "tensorflow" and prefixes is None and constraints is None:
             return self._translate_graph(lines, settings.replace(nbest=None), nbest)
         from kmt.inference.decoding import search_ids
         from kmt.inference.lengths import decode_length
 
         settings = dataclasses.replace(settings, max_length=settings.max_length or self.max_length)
         rows = [ids[: settings.max_length] for ids in self.vocabularies.source.encode(lines)]  # as the graph cuts them
-        prefix, too_long = None, set()
-        if prefixes is not None:
-            prefix_rows = self.vocabularies.target.encode(prefixes)
-            limits = [
-                decode_length(len(row), settings.max_length, settings.max_length_a, settings.max_length_b)
-                for row in rows
-            ]
-            too_long = {i for i, (p, limit) in enumerate(zip(prefix_rows, limits)) if len(p) > limit}
-            prefix = padded([[] if i in too_long else p for i, p in enumerate(prefix_rows)])
-        tokens, scores = search_ids(self.model, padded(rows), settings, prefix=prefix, hypotheses=True)
+        limits = [
+            decode_length(len(row), settings.max_length, settings.max_length_a, settings.max_length_b) for row in rows
+        ]
+        prefix_rows = self.vocabularies.target.encode(prefixes) if prefixes is not None else [[] for _ in rows]
+        phrase_rows = [self.vocabularies.target.encode(list(c)) for c in constraints or [[] for _ in rows]]
+        # What must fit the output limit: the prefix, and the constraints beside it (one may lie inside it).
+        needed = [max(len(p), sum(map(len, c))) for p, c in zip(prefix_rows, phrase_rows)]
+        too_long = {i for i, (n, limit) in enumerate(zip(needed, limits)) if n > limit}
+        prefix = None if prefixes is None else padded([[] if i in too_long else p for i, p in enumerate(prefix_rows)])
+        phrases = None
+        if constraints is not None:
+            phrases = phrase_array([[] if i in too_long else c for i, c in enumerate(phrase_rows)])
+        tokens, scores = search_ids(
+            self.model, padded(rows), settings, prefix=prefix, constraints=phrases, hypotheses=True
+        )
         tokens, scores = keras.ops.convert_to_numpy(tokens), keras.ops.convert_to_numpy(scores)  # (B, n, L), (B, n)
         texts = self.vocabularies.target.decode(tokens.reshape(-1, tokens.shape[-1]))
         return [
@@ -336,6 +406,17 @@ class KerasTranslator(BatchedTranslator):
             piece_kinds(self.vocabularies.target),
         )
         return [links(row) for row in keras.ops.convert_to_numpy(best)]
+
+
+def phrase_array(rows):
+    """Each sentence's phrases (lists of ids) as an int32 `(B, max(1, phrases), max(1, longest))` array, pad 0."""
+    count = max(1, *map(len, rows))
+    width = max(1, *(len(phrase) for phrases in rows for phrase in phrases)) if any(rows) else 1
+    array = np.full((len(rows), count, width), PAD_ID, np.int32)
+    for i, phrases in enumerate(rows):
+        for j, phrase in enumerate(phrases):
+            array[i, j, : len(phrase)] = phrase
+    return array
 
 
 def translate_signatures(translate, translate_nbest, text, nbest):
@@ -403,7 +484,19 @@ class SavedModelTranslator(BatchedTranslator):
             )
         return None
 
-    def _check_features(self, prefixes=False, alignments=False, nbest=1):
+    def _check_features(self, prefixes=False, alignments=False, nbest=1, constraints=False):
+        if constraints:
+            self.signature("translate_constrained")
+            if prefixes:
+                raise KmtError(
+                    f"{self.path} is a SavedModel, whose translate_constrained takes no prefix: prefixes with "
+                    "constraints come from the run directory (`kmt-translate RUN_DIR --prefixes P --constraints C`)"
+                )
+            if nbest > 1:
+                raise KmtError(
+                    f"{self.path} is a SavedModel, whose translate_constrained gives the best translation: n-best "
+                    "lists with constraints come from the run directory (`kmt-translate RUN_DIR --constraints FILE`)"
+                )
         if prefixes:
             self.signature("translate_prefix")
             if nbest > 1:
@@ -414,10 +507,18 @@ class SavedModelTranslator(BatchedTranslator):
         if alignments:
             self.signature("align")
 
-    def _translate_batch(self, lines, settings, nbest, prefixes):
+    def _translate_batch(self, lines, settings, nbest, prefixes, constraints=None):
         import tensorflow as tf
 
         text = tf.constant(lines, tf.string)
+        if constraints is not None:
+            count = max(1, *map(len, constraints))
+            table = [[*phrases, *[""] * (count - len(phrases))] for phrases in constraints]
+            outputs = self.signature("translate_constrained")(text=text, constraints=tf.constant(table, tf.string))
+            return [
+                [Hypothesis(t.decode("utf-8"), float(s))]
+                for t, s in zip(outputs["translation"].numpy(), outputs["score"].numpy())
+            ]
         if prefixes is not None:
             outputs = self.signatures["translate_prefix"](text=text, prefix=tf.constant(prefixes, tf.string))
             return [

@@ -253,7 +253,11 @@ async def _load(state, model_path, on_load_failure):
         started = time.perf_counter()
         model = await asyncio.to_thread(load_model, model_path)
         for name, signature in model.signatures.items():
-            await asyncio.to_thread(model.run, name, {key: ["warm up"] for key in signature.inputs})
+            inputs = {  # one sentence; a list of strings for a [None, None] input
+                key: [["warm up"]] if tensor.shape is not None and len(tensor.shape) == 2 else ["warm up"]
+                for key, tensor in signature.inputs.items()
+            }
+            await asyncio.to_thread(model.run, name, inputs)
     except Exception as error:
         logger.error("could not load %s: %s", model_path, " ".join(str(error).split()))
         on_load_failure()

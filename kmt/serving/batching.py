@@ -95,7 +95,7 @@ class _Sentence:
 
     @property
     def length(self):
-        return sum(len(value) for value in self.inputs.values())
+        return sum(len(value) if isinstance(value, str) else sum(map(len, value)) for value in self.inputs.values())
 
 
 class Batcher(_Counted):

@@ -3,7 +3,8 @@
 The model is opened by `kmt.inference.loading.load_translator`, which tells what kind of path it is. A SavedModel
 written by kmt (`kmt/inference/export.py`) runs as `SavedModelRunner`, every signature it has; a CTranslate2 directory
 (`kmt-export --format ctranslate2`) or a run directory as `TranslatorRunner`, which answers the SavedModel's text
-signatures (`translate`, `serving_default`, `translate_prefix`, `translate_align`, `align`). Nothing else in
+signatures (`translate`, `serving_default`, `translate_prefix`, `translate_constrained`, `translate_align`,
+`align`). Nothing else in
 `kmt.serving` imports TensorFlow or CTranslate2.
 """
 
@@ -58,7 +59,8 @@ BATCH_SIZE = 1024  # most sentences one `run` decodes together
 class TranslatorRunner:
     """A `kmt.inference.translators.Translator` (a CTranslate2 directory, a run directory's Keras model; its own
     search settings) behind the SavedModel's text-to-text signatures: `translate` and `serving_default` (`text` in,
-    `translation` and `score` out), `translate_prefix` (`text` and `prefix` in), and, for a Transformer,
+    `translation` and `score` out), `translate_prefix` (`text` and `prefix` in), `translate_constrained` (`text`
+    and `constraints`, a list of phrases a sentence, in; not for CTranslate2), and, for a Transformer,
     `translate_align` (`alignment` out too) and `align` (`source` and `target` in, `alignment` out)."""
 
     def __init__(self, translator):
@@ -75,6 +77,12 @@ class TranslatorRunner:
             "translate": Signature(text, translated),
             "translate_prefix": Signature(prefix, translated),
         }
+        try:
+            translator.translate([], constraints=[])
+            constraints = Tensor("DT_STRING", (-1, -1), "constraints")
+            self.signatures["translate_constrained"] = Signature({**text, "constraints": constraints}, translated)
+        except KmtError:  # CTranslate2 cannot constrain, nor can a sampling search
+            pass
         try:
             translator.align([], [])
         except KmtError:  # a model that cannot align (an LSTM)
@@ -93,6 +101,8 @@ class TranslatorRunner:
             nbest=1,
             prefixes=inputs.get("prefix"),
             alignments=signature == "translate_align",
+            # "" pads a SavedModel's table of phrases: no phrase
+            constraints=None if "constraints" not in inputs else [[p for p in c if p] for c in inputs["constraints"]],
             long_prefixes="keep",
         )
         outputs = {"translation": [h[0].text for h in best], "score": [h[0].score for h in best]}
@@ -118,9 +128,19 @@ class SavedModelRunner:
         {output name: list} (strings as str, numbers as Python numbers, n-best outputs as lists of lists)."""
         import tensorflow as tf
 
-        tensors = {name: tf.constant(values, dtype=tf.string, shape=[len(values)]) for name, values in inputs.items()}
+        tensors = {name: _tensor(tf, values) for name, values in inputs.items()}
         outputs = self._functions[signature](**tensors)
         return {name: _python(tensor.numpy().tolist()) for name, tensor in outputs.items()}
+
+
+def _tensor(tf, values):
+    """A batch of strings, or of lists of strings padded with "" to the longest (`[None, None]` inputs)."""
+    if values and isinstance(values[0], list):
+        width = max(map(len, values))
+        return tf.constant(
+            [[*row, *[""] * (width - len(row))] for row in values], tf.string, shape=[len(values), width]
+        )
+    return tf.constant(values, dtype=tf.string, shape=[len(values)])
 
 
 def _signatures(saved_model_pb, names):

@@ -1,7 +1,7 @@
 """Request and response bodies: TensorFlow Serving's REST predict API and kmt's plain `/translate`.
 
 TensorFlow Serving's two request formats (its REST API reference), for a signature whose inputs are `[None]`
-strings:
+strings (or `[None, None]`: a list of strings per sentence, as `translate_constrained`'s `constraints`):
 
 - row: `{"signature_name": S, "instances": [...]}`, one instance per sentence: a string when the signature has one
   input (`"7 May 1971"`, or `{"text": "7 May 1971"}`), else an object naming every input
@@ -62,9 +62,12 @@ def parse_predict(body, signatures):
             400, "the request must hold exactly one of 'instances' (row format) or 'inputs' (columnar format)"
         )
     names = tuple(signatures[name].inputs)
+    lists = {
+        key for key, tensor in signatures[name].inputs.items() if tensor.shape is not None and len(tensor.shape) == 2
+    }
     if "instances" in body:
-        return name, _rows(body["instances"], names), "row"
-    return name, _columns(body["inputs"], names), "columnar"
+        return name, _rows(body["instances"], names, lists), "row"
+    return name, _columns(body["inputs"], names, lists), "columnar"
 
 
 def parse_translate(body):
@@ -113,7 +116,7 @@ def metadata_response(model_name, version, signatures):
     }
 
 
-def _rows(instances, names):
+def _rows(instances, names, lists=()):
     if not isinstance(instances, list):
         raise RequestError(400, f"'instances' must be a list. Received: {type(instances).__name__}")
     columns = {key: [] for key in names}
@@ -126,17 +129,21 @@ def _rows(instances, names):
                 400, f"instances[{i}] must be an object with the inputs {', '.join(names)}. Received: {shown}"
             )
         for key in names:
-            columns[key].append(_string(instance[key], f"instances[{i}].{key}"))
+            check = _strings if key in lists else _string
+            columns[key].append(check(instance[key], f"instances[{i}].{key}"))
     return columns
 
 
-def _columns(inputs, names):
+def _columns(inputs, names, lists=()):
     if len(names) == 1 and not isinstance(inputs, dict):
         inputs = {names[0]: inputs}
     if not isinstance(inputs, dict) or set(inputs) != set(names):
         shown = sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__
         raise RequestError(400, f"'inputs' must be an object with the inputs {', '.join(names)}. Received: {shown}")
-    columns = {key: _strings(inputs[key], f"inputs.{key}") for key in names}
+    columns = {
+        key: _lists(inputs[key], f"inputs.{key}") if key in lists else _strings(inputs[key], f"inputs.{key}")
+        for key in names
+    }
     lengths = {key: len(values) for key, values in columns.items()}
     if len(set(lengths.values())) > 1:
         raise RequestError(400, f"every input must have the same length. Received: {lengths}")
@@ -147,6 +154,12 @@ def _strings(values, where):
     if not isinstance(values, list):
         raise RequestError(400, f"{where} must be a list of strings. Received: {type(values).__name__}")
     return [_string(value, f"{where}[{i}]") for i, value in enumerate(values)]
+
+
+def _lists(values, where):
+    if not isinstance(values, list):
+        raise RequestError(400, f"{where} must be a list of lists of strings. Received: {type(values).__name__}")
+    return [_strings(value, f"{where}[{i}]") for i, value in enumerate(values)]
 
 
 def _string(value, where):
