@@ -521,6 +521,39 @@ def test_mistakes_in_the_command_line_stop_in_one_line(capsys, smoke_run, tmp_pa
         port = taken.getsockname()[1]
         code, line = refused(capsys, main, smoke_run / "export", "--port", port)
     assert (code, line) == (2, f"error: cannot listen on 127.0.0.1:{port}: Address already in use")
+    (tmp_path / "terms.tsv").write_text("June 06\n")
+    assert refused(capsys, main, smoke_run / "export", "--glossary", tmp_path / "terms.tsv") == (
+        2,
+        f"error: {tmp_path / 'terms.tsv'}:1: a glossary line is 'source term<TAB>target term'. Received: 'June 06'",
+    )
+
+
+@pytest.mark.e2e
+def test_a_glossary_puts_its_terms_in_every_translation_the_server_gives(smoke_run, server, tmp_path):
+    (tmp_path / "terms.tsv").write_text("June\t06\nMay\t05\n")
+    sentences, terms = ["3 June 1951", "1 May 1950", "7/4/21"], [["06"], ["05"], []]
+    running = Server(smoke_run / "export", "--glossary", tmp_path / "terms.tsv")
+    try:
+        status, _, body = running.post("/translate", {"text": sentences})
+        assert status == 200 and "06" in body["translations"][0] and "05" in body["translations"][1], body
+        rows = [{"text": text, "constraints": c} for text, c in zip(sentences, terms)]
+        asked = server.post("/v1/models/kmt:predict", {"signature_name": "translate_constrained", "instances": rows})
+        assert body["translations"] == [p["translation"] for p in asked[2]["predictions"]]  # the terms as constraints
+        status, _, predicted = running.post("/v1/models/kmt:predict", {"instances": sentences})
+        assert status == 200 and [p["translation"] for p in predicted["predictions"]] == body["translations"]
+        own = running.post("/translate", {"text": sentences[:1], "glossary": [["1951", "1951-12"]]})[2]
+        row = {"text": sentences[0], "constraints": ["1951-12"]}  # the request's glossary, not the server's
+        asked = server.post("/v1/models/kmt:predict", {"signature_name": "translate_constrained", "instances": [row]})
+        assert (
+            own["translations"] == [asked[2]["predictions"][0]["translation"]] and "1951-12" in own["translations"][0]
+        )
+        status, _, refused = running.post("/translate", {"text": sentences, "glossary": [["June"]]})
+        assert (status, refused) == (
+            400,
+            {"error": "glossary[0] must be [source term, target term], two non-empty strings"},
+        )
+    finally:
+        assert running.stop() == 0
 
 
 def wait_until(condition, what, server, since=0, timeout=WAIT_S):
@@ -664,6 +697,8 @@ def test_a_ctranslate2_directory_is_served_with_the_saved_models_answers(smoke_r
         assert [(status, body["translations"]) for status, body in good] == [
             (200, [serial[s][0]]) for s in SENTENCES[:16]
         ]
+        status, _, body = running.post("/translate", {"text": SENTENCES[:1], "glossary": [["May", "05"]]})
+        assert status == 400 and body["error"].startswith("this model cannot constrain a translation")
         status, _, body = running.post(
             "/v1/models/kmt:predict", {"signature_name": "translate", "instances": SENTENCES[:2]}
         )

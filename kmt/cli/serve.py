@@ -83,6 +83,12 @@ def parse_args(argv=None):
     parser.add_argument("--max-sentences", type=int, default=64, help="most sentences in one request (default: 64)")
     parser.add_argument("--max-chars", type=int, default=1000, help="most characters in one sentence (default: 1000)")
     parser.add_argument(
+        "--glossary",
+        metavar="TSV",
+        help="source term, TAB, target term a line: every translate request (and /translate without its own "
+        "glossary) is decoded with the target terms of the source terms found in its sentences as constraints",
+    )
+    parser.add_argument(
         "--no-batching",
         action="store_true",
         help="decode each request alone, as it arrives (for comparison: bench/serve_load.py)",
@@ -110,6 +116,9 @@ def main(argv=None):
         from kmt.serving.model import check_model_path
 
         check_model_path(args.export_dir)
+        from kmt.inference.glossary import Glossary
+
+        glossary = None if args.glossary is None else Glossary.load(args.glossary)
     import uvicorn
 
     from kmt.serving.app import Settings, create_app
@@ -123,6 +132,7 @@ def main(argv=None):
         max_sentences=args.max_sentences,
         max_chars=args.max_chars,
         batching=not args.no_batching,
+        glossary=glossary,
     )
     failed = []
 

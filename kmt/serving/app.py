@@ -5,7 +5,9 @@ Routes (`protocol.py` has the bodies), MODEL being `NAME`, `NAME/versions/1` or 
 - `POST /v1/models/MODEL:predict`: TensorFlow Serving's predict, row (`instances`) or columnar (`inputs`);
 - `GET /v1/models/MODEL`: TensorFlow Serving's model status (`LOADING`, then `AVAILABLE`);
 - `GET /v1/models/MODEL/metadata`: TensorFlow Serving's model metadata (the signature defs);
-- `POST /translate`: `{"text": [...]}` -> `{"translations": [...], "scores": [...]}`;
+- `POST /translate`: `{"text": [...]}` -> `{"translations": [...], "scores": [...]}`; with `"glossary": [[source
+  term, target term], ...]` (or the server's `--glossary`), each sentence's translation holds the target term of every
+  source term found in it (`translate_constrained`);
 - `GET /healthz` (the process answers), `GET /readyz` (the model is loaded and warmed), `GET /metrics`.
 
 The server serves one version, `1`, which every label names. The server listens at once and loads the model on a
@@ -30,6 +32,8 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from kmt.errors import KmtError
+from kmt.inference.glossary import Glossary
 from kmt.serving.batching import Batcher, DecodingFailed, QueueFull, Unbatched
 from kmt.serving.metrics import Metrics
 from kmt.serving.model import load_model
@@ -66,6 +70,7 @@ class Settings:
     max_sentences: int = 64
     max_chars: int = 1000
     batching: bool = True
+    glossary: object = None  # a kmt.inference.glossary.Glossary: constraints for the translate signatures
 
     @property
     def max_body_bytes(self):
@@ -151,13 +156,17 @@ class _State:
     async def predict(self, request):
         model = self._ready_model()
         signature, inputs, form = parse_predict(parse_json(await self._body(request)), model.signatures)
+        if signature in ("translate", "serving_default") and self.settings.glossary is not None:
+            signature, inputs = self._constrained(self.settings.glossary, inputs["text"])  # same outputs
         outputs = await self._run(request, signature, inputs)
         return JSONResponse(predict_response(outputs, form, len(next(iter(inputs.values())))))
 
     async def translate(self, request):
         self._ready_model()
-        text = parse_translate(parse_json(await self._body(request)))
-        outputs = await self._run(request, "translate", {"text": text})
+        text, terms = parse_translate(parse_json(await self._body(request)))
+        glossary = self.settings.glossary if terms is None else Glossary(terms)
+        signature, inputs = ("translate", {"text": text}) if glossary is None else self._constrained(glossary, text)
+        outputs = await self._run(request, signature, inputs)
         return JSONResponse({"translations": outputs["translation"], "scores": outputs["score"]})
 
     async def readyz(self, request):
@@ -168,6 +177,16 @@ class _State:
     async def metrics_text(self, request):
         depth = self.queue.depth if self.queue is not None else 0
         return PlainTextResponse(self.metrics.render(depth, self.ready), media_type="text/plain; version=0.0.4")
+
+    def _constrained(self, glossary, text):
+        """`translate_constrained` and its inputs: each sentence's constraints are its glossary terms."""
+        if "translate_constrained" not in self.model.signatures:
+            raise RequestError(
+                400,
+                "this model cannot constrain a translation (a CTranslate2 directory or a sampling "
+                "export), so it takes no glossary",
+            )
+        return "translate_constrained", {"text": text, "constraints": [glossary.constraints(t) for t in text]}
 
     def _check_name(self, name):
         if name != self.settings.model_name:
@@ -228,11 +247,11 @@ class _State:
             )
         for name, values in inputs.items():
             for i, value in enumerate(values):
-                if len(value) > settings.max_chars:
+                chars = len(value) if isinstance(value, str) else sum(len(item) + 1 for item in value)  # phrases
+                if chars > settings.max_chars:
                     raise RequestError(
                         400,
-                        f"sentence {i} ({name}) has {len(value)} characters; the limit is "
-                        f"--max-chars {settings.max_chars}",
+                        f"sentence {i} ({name}) has {chars} characters; the limit is --max-chars {settings.max_chars}",
                     )
         try:
             return await asyncio.wait_for(self.queue.submit(signature, inputs), settings.request_timeout_s)
@@ -252,6 +271,8 @@ async def _load(state, model_path, on_load_failure):
     try:
         started = time.perf_counter()
         model = await asyncio.to_thread(load_model, model_path)
+        if settings.glossary is not None and "translate_constrained" not in model.signatures:
+            raise KmtError(f"--glossary needs a model that can constrain a translation; {model_path} cannot")
         for name, signature in model.signatures.items():
             inputs = {  # one sentence; a list of strings for a [None, None] input
                 key: [["warm up"]] if tensor.shape is not None and len(tensor.shape) == 2 else ["warm up"]

@@ -71,15 +71,26 @@ def parse_predict(body, signatures):
 
 
 def parse_translate(body):
-    """The sentences of a `/translate` request, `{"text": [str, ...]}`."""
-    unknown = set(body) - {"text"}
+    """`(sentences, glossary terms or None)` of a `/translate` request, `{"text": [str, ...]}` with an optional
+    `"glossary": [[source term, target term], ...]`."""
+    unknown = set(body) - {"text", "glossary"}
     if unknown or "text" not in body:
         raise RequestError(
             400,
-            'a /translate request is {"text": [sentences]}'
+            'a /translate request is {"text": [sentences]} (and "glossary": [[source term, target term], ...])'
             + (f"; unknown fields: {', '.join(sorted(unknown))}" if unknown else ""),
         )
-    return _strings(body["text"], "text")
+    if "glossary" not in body:
+        return _strings(body["text"], "text"), None
+    terms = body["glossary"]
+    if not isinstance(terms, list):
+        raise RequestError(
+            400, f"glossary must be a list of [source term, target term]. Received: {type(terms).__name__}"
+        )
+    for i, pair in enumerate(terms):
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(t, str) and t.strip() for t in pair)):
+            raise RequestError(400, f"glossary[{i}] must be [source term, target term], two non-empty strings")
+    return _strings(body["text"], "text"), [tuple(_strings(pair, f"glossary[{i}]")) for i, pair in enumerate(terms)]
 
 
 def predict_response(outputs, form, count):
