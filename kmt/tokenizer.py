@@ -17,6 +17,7 @@ token; `options.json` says so.
 """
 
 import functools
+import hashlib
 import io
 import itertools
 import json
@@ -73,8 +74,11 @@ class Tokenizer:
             import tensorflow as tf
             import tensorflow_text as tf_text
 
+            # The op's name tells its SentencePiece model: a restored SavedModel shares the kernel-owned resource
+            # of ops of one name, so with one name a Marian model's target text would be cut by its source model.
+            name = f"sentencepiece_{hashlib.sha256(self.model_proto).hexdigest()[:16]}"
             self._tf_op = tf_text.SentencepieceTokenizer(
-                model=self.model_proto, out_type=tf.int32, add_eos=self.append_end
+                model=self.model_proto, out_type=tf.int32, add_eos=self.append_end, name=name
             )
         return self._tf_op
 

@@ -122,7 +122,7 @@ def test_a_run_and_its_savedmodel_put_every_phrase_in_their_translations(smoke_r
     import kmt
     from kmt.errors import KmtError
     from kmt.inference.settings import SettingsError
-    from kmt.inference.translators import met
+    from kmt.inference.translators import KerasTranslator, met
 
     run, export = kmt.load(smoke_run), kmt.load(smoke_run / "export")
     greedy = run.translate(LINES, constraints=PHRASES, nbest=1)
@@ -133,6 +133,10 @@ def test_a_run_and_its_savedmodel_put_every_phrase_in_their_translations(smoke_r
     beam = run.translate(LINES, settings=run.settings.replace(beam_size=3), constraints=PHRASES, nbest=2)
     assert all(met(phrases, h) for phrases, hypotheses in zip(PHRASES, beam) for h in hypotheses)
     assert run.translate(LINES[2:3], constraints=[[]]) == run.translate(LINES[2:3])  # no phrase: plain search
+    aligned = run.translate(LINES, constraints=PHRASES, alignments=True)  # alignments of the constrained output
+    assert [h.text for h in aligned] == [h[0].text for h in greedy] and aligned[0].alignment
+    ensemble = KerasTranslator([run.model, run.model], run.vocabularies, run.settings.replace(beam_size=2))
+    assert all(met(p, h) for p, h in zip(PHRASES, ensemble.translate(LINES, constraints=PHRASES, alignments=True)))
 
     with pytest.raises(SettingsError, match=r"^Sampling\(.*\) cannot take constraints; Greedy or Beam can"):
         run.translate(LINES, settings=run.settings.replace(sampling_topk=5), constraints=PHRASES)

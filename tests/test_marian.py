@@ -133,6 +133,15 @@ def test_kmt_import_then_kmt_export_as_a_savedmodel_and_ctranslate2_give_the_sam
     saved_model = kmt.load(run / "export").translate(lines)
     assert kmt.load(run / "ctranslate2").translate(lines) == saved_model
     assert all(saved_model) and kmt.load(run / "export").translate([""]) == [""]
+    # Terminology on the imported model: each translation holds its phrases (words of the reference translations).
+    from kmt.errors import KmtError
+    from kmt.inference.translators import met
+
+    phrases = [[target.split()[0]] for target in TARGETS[:3]]
+    constrained = kmt.load(run / "export").translate(SOURCES[:3], constraints=phrases, nbest=1)
+    assert all(met(row, hypotheses[0]) for row, hypotheses in zip(phrases, constrained)), constrained
+    with pytest.raises(KmtError, match="is a CTranslate2 directory, which cannot constrain a translation"):
+        kmt.load(run / "ctranslate2").translate(SOURCES[:3], constraints=phrases)
 
 
 @pytest.mark.e2e

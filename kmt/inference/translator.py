@@ -173,6 +173,7 @@ class TranslatorModule(tf.Module):
             source, empty = source_ids(text)
             shape = tf.shape(constraints)  # (B, C)
             phrase_ids = target_tokenizer.tokenize(tf.reshape(constraints, [-1]))  # (B*C, None) ragged
+            phrase_ids = tf.ragged.boolean_mask(phrase_ids, phrase_ids > END_ID)  # no end token (a Marian tokenizer's)
             needed = tf.reduce_sum(tf.reshape(phrase_ids.row_lengths(), shape), axis=1)  # (B,)
             limits = decode_lengths(source, max_length, settings.max_length_a, settings.max_length_b)
             fits = needed <= tf.cast(limits, tf.int64)  # (B,)

@@ -333,7 +333,10 @@ class KerasTranslator(BatchedTranslator):
             decode_length(len(row), settings.max_length, settings.max_length_a, settings.max_length_b) for row in rows
         ]
         prefix_rows = self.vocabularies.target.encode(prefixes) if prefixes is not None else [[] for _ in rows]
-        phrase_rows = [self.vocabularies.target.encode(list(c)) for c in constraints or [[] for _ in rows]]
+        phrase_rows = [
+            [ids[ids > END_ID] for ids in self.vocabularies.target.encode(list(c))]
+            for c in constraints or [[] for _ in rows]
+        ]
         # What must fit the output limit: the prefix, and the constraints beside it (one may lie inside it).
         needed = [max(len(p), sum(map(len, c))) for p, c in zip(prefix_rows, phrase_rows)]
         too_long = {i for i, (n, limit) in enumerate(zip(needed, limits)) if n > limit}
