@@ -36,6 +36,9 @@ def parse_args(argv=None):
     parser.add_argument("--sentences", type=int, default=1000, help="sentences to translate (default: 1000)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences a call (default: 64)")
     parser.add_argument("--beam-size", type=int, default=5, help="the export's beam (default: 5)")
+    parser.add_argument(
+        "--length-penalty", type=float, help="the export's GNMT alpha (default: the run's decode.length_penalty)"
+    )
     parser.add_argument("--repeats", type=int, default=1, help="timed passes over the sentences (default: 1)")
     return parser.parse_args(argv)
 
@@ -70,7 +73,10 @@ def main(argv=None):
     width = max(map(len, phrases))
     table = [[*row, *[""] * (width - len(row))] for row in phrases]
     with tempfile.TemporaryDirectory() as directory:
-        kmt.export(args.run_dir, output=Path(directory) / "export", search={"beam_size": args.beam_size})
+        search = {"beam_size": args.beam_size}
+        if args.length_penalty is not None:
+            search["length_penalty"] = args.length_penalty
+        kmt.export(args.run_dir, output=Path(directory) / "export", search=search)
         signatures = tf.saved_model.load(str(Path(directory) / "export")).signatures
         plain, constrained = signatures["translate"], signatures["translate_constrained"]
         variants = {
@@ -110,9 +116,10 @@ def main(argv=None):
         }
         for name, times in seconds.items()
     ]
+    alpha = "the run's" if args.length_penalty is None else args.length_penalty
     print(
         f"{len(sources)} sentences, {sum(map(len, phrases))} phrases (seed {args.seed}), calls of "
-        f"{args.batch_size}, beam {args.beam_size}, {hardware()}"
+        f"{args.batch_size}, beam {args.beam_size}, length penalty {alpha}, {hardware()}"
     )
     print_table(rows, ["signature", "BLEU", "sentences with every phrase", "sentences/s", "time vs translate"])
     print(f"{len(sources) - len(fitted)} sentences' phrases did not fit their output limit")

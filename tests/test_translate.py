@@ -19,7 +19,7 @@ class Recorder(BatchedTranslator):
         self.batch_size = batch_size
         self.batches = []
 
-    def _translate_batch(self, lines, settings, nbest, prefixes):
+    def _translate_batch(self, lines, settings, nbest, prefixes, constraints=None):
         self.batches.append(list(lines))
         return [
             [Hypothesis(line.upper() if k % 2 == 0 else line.lower(), float(len(line) - k)) for k in range(nbest)]
