@@ -23,6 +23,7 @@ from kmt.inference.search import (
     NEG_INF,
     _forced,
     _gather_rows,
+    _hypotheses_of,
     _length_penalty,
     _log_probs,
     _prefix_rows,
@@ -118,11 +119,7 @@ def constrained_beam_search(
     Returns `(tokens, scores, met)`: `beam_search`'s tokens and scores, and bool `(B,)` (with `num_hypotheses`,
     `(B, n)`): whether each hypothesis contains every constraint of its sentence.
     """
-    if not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be a positive int. Received: beam_size={beam_size}")
-    n = 1 if num_hypotheses is None else num_hypotheses
-    if not isinstance(n, int) or not 1 <= n <= beam_size:
-        raise ValueError(f"num_hypotheses must be an int from 1 to beam_size={beam_size}. Received: {num_hypotheses}")
+    n = _hypotheses_of(beam_size, num_hypotheses)
     b, k = batch_size, beam_size
     rows = ops.arange(b)[:, None] * k  # (B, 1)
     max_lengths = _sentence_limits(b, max_length, max_lengths)  # (B,)

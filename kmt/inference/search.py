@@ -81,6 +81,16 @@ def _gather_rows(x, indices):
     return ops.reshape(ops.take(ops.reshape(x, (batch * rows, -1)), flat, axis=0), (batch, ops.shape(indices)[1], -1))
 
 
+def _hypotheses_of(beam_size, num_hypotheses):
+    """n, the hypotheses a beam search returns a sentence, once `beam_size` and `num_hypotheses` are checked."""
+    if not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size must be a positive int. Received: beam_size={beam_size}")
+    n = 1 if num_hypotheses is None else num_hypotheses
+    if not isinstance(n, int) or not 1 <= n <= beam_size:
+        raise ValueError(f"num_hypotheses must be an int from 1 to beam_size={beam_size}. Received: {num_hypotheses}")
+    return n
+
+
 def expand_to_beams(state, beam_size):
     """Repeats every row of every tensor in the nest `state` `beam_size` times on axis 0: (B, ...) -> (B*K, ...).
 
@@ -277,11 +287,7 @@ def beam_search(
     Returns `(tokens, scores)`: int32 `(B, L+1)` with the start token in column 0 and pad after the end token,
     and float32 `(B,)` scores `log p(Y) / lp(Y)`; with `num_hypotheses` n, `(B, n, L+1)` and `(B, n)`, best first.
     """
-    if not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be a positive int. Received: beam_size={beam_size}")
-    n = 1 if num_hypotheses is None else num_hypotheses
-    if not isinstance(n, int) or not 1 <= n <= beam_size:
-        raise ValueError(f"num_hypotheses must be an int from 1 to beam_size={beam_size}. Received: {num_hypotheses}")
+    n = _hypotheses_of(beam_size, num_hypotheses)
     b, k = batch_size, beam_size
     rows = ops.arange(b)[:, None] * k  # (B, 1): row of each sentence's beam 0 in the flat (B*K) layout
     max_lengths = _sentence_limits(b, max_length, max_lengths)  # (B,)
