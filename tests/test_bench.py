@@ -513,8 +513,21 @@ def test_the_steering_benches_score_alignments_by_layer_and_time_prefixed_and_co
     assert "last call: 2 of 2 translations begin with their prefix" in result.stdout
     assert len(json.loads(result.stdout.splitlines()[-1])["rows"]) == 3
 
-    result = run_bench("constraints", smoke_run, *common, "--batch-size", "2", "--beam-size", "2", "--seed", "3")
+    result = run_bench(
+        "constraints",
+        smoke_run,
+        *common,
+        "--batch-size",
+        "2",
+        "--beam-size",
+        "2",
+        "--seed",
+        "3",
+        "--length-penalty",
+        "1",
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     figures = json.loads(result.stdout.splitlines()[-1])
+    assert "beam 2, length penalty 1.0," in result.stdout
     assert figures["sentences"] == 3 and 3 <= figures["phrases"] <= 9 and figures["satisfied"] == figures["fitted"]
     assert [row["signature"] for row in figures["rows"]] == ["translate", "translate_constrained"]
