@@ -173,6 +173,13 @@ class Tokenizer:
             np.int8,
         )
 
+    def holds(self, pieces) -> bool:
+        """Whether every string of `pieces` is one user-defined piece of this vocabulary (the terminology
+        transform's markers, `kmt.data.terminology`)."""
+        processor = self._processor
+        ids = {piece: processor.piece_to_id(piece) for piece in pieces}
+        return all(i != UNK_ID and i in processor.encode(piece) for piece, i in ids.items())
+
     def id_to_piece(self, ids):
         """Ids to their subword pieces, for logs and attention plots."""
         return self._op.id_to_string(ids)
@@ -204,7 +211,13 @@ class Tokenizer:
 
 
 def train_tokenizer(
-    sentences, vocab_size, model_type="unigram", character_coverage=1.0, byte_fallback=True, max_sentences=2_000_000
+    sentences,
+    vocab_size,
+    model_type="unigram",
+    character_coverage=1.0,
+    byte_fallback=True,
+    max_sentences=2_000_000,
+    user_defined_symbols=(),
 ):
     """Trains a SentencePiece model on `sentences` (an iterable of str) and returns a `Tokenizer`.
 
@@ -217,6 +230,8 @@ def train_tokenizer(
         byte_fallback: bool. Spell unseen characters as UTF-8 byte pieces instead of `<unk>`. Needs
             `vocab_size` > 260. Defaults to `True`.
         max_sentences: int. Sample at most this many sentences for training. Defaults to `2_000_000`.
+        user_defined_symbols: strings that are always one piece each, wherever they occur (the terminology
+            transform's markers). Defaults to none.
     """
     if model_type not in ("unigram", "bpe"):
         raise ConfigError(f"tokenizer.model_type must be 'unigram' or 'bpe'. Received: model_type={model_type!r}")
@@ -231,7 +246,7 @@ def train_tokenizer(
     if not characters:
         raise DataError("cannot train a tokenizer: the training split has no non-empty sentence")
     characters = len(characters)
-    minimum = len(SPECIAL_IDS) + (256 if byte_fallback else 0) + characters + 1
+    minimum = len(SPECIAL_IDS) + len(user_defined_symbols) + (256 if byte_fallback else 0) + characters + 1
     if vocab_size < minimum:
         logger.warning(
             "tokenizer.vocab_size=%d cannot hold %d characters%s; using %d",
@@ -257,6 +272,7 @@ def train_tokenizer(
         bos_id=START_ID,
         eos_id=END_ID,
         pad_piece="<pad>",
+        user_defined_symbols=list(user_defined_symbols),
         num_threads=os.cpu_count() or 1,
         minloglevel=2,
     )

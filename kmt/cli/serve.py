@@ -86,7 +86,8 @@ def parse_args(argv=None):
         "--glossary",
         metavar="TSV",
         help="source term, TAB, target term a line: every translate request (and /translate without its own "
-        "glossary) is decoded with the target terms of the source terms found in its sentences as constraints",
+        "glossary) is decoded with the target terms of the source terms found in its sentences as constraints (or "
+        "inline, for a model trained with data.terminology)",
     )
     parser.add_argument(
         "--no-batching",

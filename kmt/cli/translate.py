@@ -7,7 +7,9 @@ its word alignment, Marian's layout: `translation ||| 0-0 1-2 ...` (source word 
 whitespace-separated words). With --constraints FILE, FILE is the input in fairseq's layout, each sentence followed
 by the target phrases its translation must contain, tab-separated (lexically constrained beam search); the
 translations that could not contain them all are counted on stderr, with their lines. --glossary TSV adds, for
-every source term (whole words, its case) found in a line, its target term to the line's constraints. A SavedModel's
+every source term (whole words, its case) found in a line, its target term to the line's constraints; a model trained
+with the terminology transform (data.terminology) takes the terms inline instead, with no constrained search, so
+CTranslate2 directories take them too. A SavedModel's
 search settings (beam size, length penalty) are those it was exported with (`kmt-export RUN_DIR --beam-size N` to
 change them).
 
@@ -92,7 +94,8 @@ def parse_args(argv=None):
         "--glossary",
         metavar="TSV",
         help="source term, TAB, target term a line (no header): each line's translation contains the target term "
-        "of every source term found in it (whole words, case as given); constrained search, not for CTranslate2",
+        "of every source term found in it (whole words, case as given): constrained search (not for CTranslate2), "
+        "or given inline to a model trained with data.terminology",
     )
     parser.add_argument(
         "--alignments",
@@ -173,14 +176,16 @@ def main(argv=None):
             settings = (translator.settings or SearchSettings()).replace(**overrides)
         checks = dict(settings=settings, nbest=args.nbest, alignments=args.alignments)
         glossary = None if args.glossary is None else Glossary.load(args.glossary)
-        constraints = [] if args.constraints or args.glossary else None
-        translator.translate([], prefixes=[] if args.prefixes else None, constraints=constraints, **checks)
+        constraints = [] if args.constraints else None
+        translator.translate(
+            [], prefixes=[] if args.prefixes else None, constraints=constraints, glossary=glossary, **checks
+        )
     if args.constraints and args.input != "-":
         fail("--constraints FILE is the input (each sentence, then its constraints): leave out --input")
     prefixes = None if args.prefixes is None else read_lines(open_input(args.prefixes))
     stream = open_input(args.constraints or args.input)
     pending = collections.deque()  # each line's phrases, from when it is read until it is translated
-    constraints = iter(pending.popleft, None) if args.constraints or glossary else None
+    constraints = iter(pending.popleft, None) if args.constraints else None
     interactive = stream.isatty()
     if interactive:
         print("kmt-translate: type a sentence and press Enter; Ctrl-D ends", file=sys.stderr)
@@ -189,11 +194,9 @@ def main(argv=None):
 
     def lines():
         for line in read_lines(stream):
-            if constraints is not None:  # the sentence, then its phrases; then its glossary terms
-                line, *phrases = line.split("\t") if args.constraints else (line,)
-                pending.append(
-                    phrases + [t for t in (glossary.constraints(line) if glossary else ()) if t not in phrases]
-                )
+            if constraints is not None:  # the sentence, then its phrases
+                line, *phrases = line.split("\t")
+                pending.append(phrases)
             if len(plotted) < args.attention_limit:
                 plotted.append(line)
             yield line
@@ -216,6 +219,7 @@ def main(argv=None):
                 prefixes=prefixes,
                 alignments=args.alignments,
                 constraints=constraints,
+                glossary=glossary,
             ):
                 for hypothesis in hypotheses:
                     text = hypothesis.text.replace("\n", " ")  # one line out per hypothesis

@@ -62,6 +62,14 @@ class CleanConfig:
 
 
 @dataclass
+class TerminologyConfig:
+    glossary: str | None = None  # a glossary TSV (source term<TAB>target term): training sources get its terms' target
+    # terms inline where the target uses them, so the model learns to copy terms given at translation time (Dinu et
+    # al., 2019; kmt.data.terminology); null: off
+    ratio: float = 0.5  # the probability that a term found on both sides of a training pair is annotated
+
+
+@dataclass
 class DataConfig:
     name: str = "dates"  # which corpus: dates (generated, offline), multi30k, spa_eng, parallel, wmt14_en_de, prepared
     path: str = ""  # data=prepared: a kmt-prepare directory to train from
@@ -96,6 +104,7 @@ class DataConfig:
     # names, in place of statmt.org; empty: upstream
     clean: CleanConfig = field(default_factory=CleanConfig)  # what else drops training pairs (each rule counted in
     # the log and meta.json); val and test are kept whole
+    terminology: TerminologyConfig = field(default_factory=TerminologyConfig)  # the terminology transform
 
 
 @dataclass

@@ -31,6 +31,7 @@ def validate(cfg):
     _check_model(cfg.model)
     _check_optim(cfg.optim)
     _check_alignments(cfg)
+    _check_terminology(cfg.data)
     _check_trainer(cfg.trainer)
     _check_cleaning(cfg.data.clean)
     _check_batches(cfg.data, cfg.model)
@@ -212,6 +213,25 @@ def _check_alignments(cfg):
     _check(
         model.arch == "transformer",
         f"data.train.alignments trains a Transformer's cross-attention. Received: model.arch={model.arch}",
+    )
+
+
+def _check_terminology(data):
+    """The terminology transform annotates training sources as they are prepared."""
+    terminology = data.get("terminology")  # runs from before the option lack the key
+    if not terminology or not terminology.glossary:
+        return
+    name = f"data.terminology.glossary={terminology.glossary}"
+    _check(0 < terminology.ratio <= 1, f"data.terminology.ratio must be in (0, 1]. Received: {terminology.ratio}")
+    _check(
+        data.name != "prepared",
+        f"data=prepared trains on the terms annotated as it was prepared: give the glossary to kmt-prepare. "
+        f"Received: {name}",
+    )
+    _check(
+        not data.train.get("alignments"),
+        f"the terminology transform adds words to the sources, which data.train.alignments's links do not count: "
+        f"use one of them. Received: {name}",
     )
 
 

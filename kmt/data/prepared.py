@@ -13,7 +13,9 @@ from kmt.data.cleaning import ValidLines
 from kmt.data.shards import PreparedData, write_prepared
 from kmt.data.sources import ParallelText
 from kmt.data.streams import StreamedParallel
+from kmt.data.terminology import TermAnnotator
 from kmt.errors import ConfigError, DataError
+from kmt.inference.glossary import MARKERS, Glossary
 from kmt.tokenizer import Vocabularies
 
 logger = logging.getLogger(__name__)
@@ -94,6 +96,7 @@ def prepare_data(data_cfg, model_cfg, directory, record, vocabularies=None):
         return prepared
     alignments = data_cfg.train.get("alignments")  # runs from before the option lack the key
     alignments = AlignmentFile(alignments, limited=bool(data_cfg.limit)) if alignments else None  # missing: say so now
+    terms = term_annotator(data_cfg)
     corpus = corpus_streams(data_cfg)
     if Vocabularies.exists(directory / "tokenizer"):
         vocabularies = Vocabularies.load(directory / "tokenizer")
@@ -105,6 +108,8 @@ def prepare_data(data_cfg, model_cfg, directory, record, vocabularies=None):
         source, target = corpus["train"].source, corpus["train"].target
         if data_cfg.clean.invalid_utf8 == "drop":  # the lines read that are not UTF-8 teach the vocabulary nothing
             source, target = ValidLines(source), ValidLines(target)
+        if terms is not None:  # the markers are pieces of their own
+            options["user_defined_symbols"] = MARKERS
         vocabularies = Vocabularies.train(source, target, joint=model_cfg.shared_embeddings, **options)
     elif vocabularies.joint != model_cfg.shared_embeddings:
         raise ConfigError(
@@ -113,5 +118,26 @@ def prepare_data(data_cfg, model_cfg, directory, record, vocabularies=None):
             "and the vocabulary given is not"
         )
     splits = {name: pairs_of(text) for name, text in corpus.items()}
+    if terms is not None:
+        if not vocabularies.source.holds(MARKERS):
+            logger.warning(
+                "the vocabulary has no pieces of its own for the terminology markers (%s): they are spelt "
+                "in several pieces each",
+                " ".join(MARKERS),
+            )
+        splits["train"] = terms(splits["train"])
     write_prepared(directory, splits, vocabularies, model_cfg.max_length, record, data_cfg.clean, alignments)
+    if terms is not None:
+        terms.log(data_cfg.terminology.glossary)
     return PreparedData(directory)
+
+
+def term_annotator(data_cfg):
+    """The terminology transform of `data.terminology` (`kmt.data.terminology`), or None when it is off."""
+    terminology = data_cfg.get("terminology")  # runs from before the option lack the key
+    if not terminology or not terminology.glossary:
+        return None
+    glossary = Glossary.load(terminology.glossary)
+    if not len(glossary):
+        raise DataError(f"data.terminology.glossary={terminology.glossary} holds no term")
+    return TermAnnotator(glossary, terminology.ratio, data_cfg.seed)

@@ -29,6 +29,7 @@ import math
 from pathlib import Path
 
 from kmt.errors import KmtError
+from kmt.inference.glossary import MARKERS
 from kmt.inference.settings import SearchSettings
 from kmt.inference.translators import BatchedTranslator, Hypothesis, Score, scorable
 from kmt.run_dir import read_json, write_atomically
@@ -127,6 +128,7 @@ class CT2Translator(BatchedTranslator):
         self.max_length = written["max_length"]
         self.batch_size = batch_size
         self.vocabularies = Vocabularies.load(path)
+        self.inline_terms = self.vocabularies.source.holds(MARKERS)
         self.source_pieces = pieces(self.vocabularies.source)
         self.target_pieces = pieces(self.vocabularies.target)
         self.target_ids = {piece: i for i, piece in enumerate(self.target_pieces)}

@@ -6,12 +6,18 @@ glossary gives; where found, its target term becomes a constraint of that senten
 Longer terms win where two overlap, and each target term is asked once a sentence however often its source term
 occurs.
 
+A model trained with the terminology transform (`data.terminology`, `kmt.data.terminology`) takes its terms inline
+instead: `annotate` marks each source term found with its target term, as Dinu et al. (2019) and OpenNMT-py's
+terminology transform do, and the model copies the target term into its translation.
+
 Example:
 >>> glossary = Glossary([("dog", "Hund"), ("hot dog", "Hotdog")])
 >>> glossary.constraints("A dog eats a hot dog.")
 ['Hund', 'Hotdog']
 >>> glossary.constraints("Dogs and hotdogs.")
 []
+>>> glossary.annotate("A dog barks.")
+'A ｟src_term_start｠ dog ｟tgt_term_start｠ Hund ｟tgt_term_end｠ barks.'
 """
 
 import re
@@ -19,6 +25,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from kmt.errors import KmtError
+
+# The inline markers of an annotated source term (OpenNMT-py's terminology transform's): the source term follows
+# SOURCE_START, its target term follows TARGET_START, and TARGET_END closes the annotation.
+SOURCE_START, TARGET_START, TARGET_END = "｟src_term_start｠", "｟tgt_term_start｠", "｟tgt_term_end｠"
+MARKERS = (SOURCE_START, TARGET_START, TARGET_END)
 
 
 class Glossary:
@@ -67,9 +78,30 @@ class Glossary:
     def __len__(self):
         return len(self.terms)
 
-    def constraints(self, sentence: str) -> list[str]:
-        """The target terms of the source terms found in `sentence`, in the order found, each once."""
+    def matches(self, sentence: str) -> list[tuple[int, int, str]]:
+        """`(start, end, target term)` of each source term found in `sentence`, left to right, none overlapping."""
         if self._pattern is None:
             return []
-        found = (self.terms[" ".join(match.group().split())] for match in self._pattern.finditer(sentence))
-        return list(dict.fromkeys(found))
+        return [
+            (match.start(), match.end(), self.terms[" ".join(match.group().split())])
+            for match in self._pattern.finditer(sentence)
+        ]
+
+    def constraints(self, sentence: str) -> list[str]:
+        """The target terms of the source terms found in `sentence`, in the order found, each once."""
+        return list(dict.fromkeys(target for _, _, target in self.matches(sentence)))
+
+    def annotate(self, sentence: str) -> str:
+        """`sentence` with every source term found annotated inline with its target term, for a model trained with
+        the terminology transform: `SOURCE_START term TARGET_START target term TARGET_END`."""
+        return annotated(sentence, self.matches(sentence))
+
+
+def annotated(sentence: str, matches) -> str:
+    """`sentence` with the `(start, end, target term)` spans of `matches` (left to right) annotated inline."""
+    pieces, last = [], 0
+    for start, end, target in matches:
+        term = " ".join(sentence[start:end].split())
+        pieces += [sentence[last:start], f"{SOURCE_START} {term} {TARGET_START} {target} {TARGET_END}"]
+        last = end
+    return "".join(pieces) + sentence[last:]

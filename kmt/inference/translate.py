@@ -36,6 +36,7 @@ def translate_stream(
     prefixes=None,
     alignments=False,
     constraints=None,
+    glossary=None,
 ):
     """Yields each line's `nbest` best `kmt.inference.translators.Hypothesis`es for each line of the iterable `lines`,
     in order, as soon as it is translated by `translator` (a `kmt.inference.translators.Translator`, searching with
@@ -45,9 +46,9 @@ def translate_stream(
     large file never sits in memory whole, its translations come out while it is read, and a `buffer_size` of 1
     answers each line as it arrives (an interactive session; fairseq-interactive's `--buffer-size`).
 
-    `prefixes`, an iterable of one target prefix per line, `alignments` and `constraints`, an iterable of one list
-    of phrases per line (read after its line), are `Translator.translate`'s; a `KmtError` says whether the lines or
-    the prefixes ran out first when they are not as long as each other.
+    `prefixes`, an iterable of one target prefix per line, `alignments`, `constraints`, an iterable of one list of
+    phrases per line (read after its line), and `glossary` are `Translator.translate`'s; a `KmtError` says whether
+    the lines or the prefixes ran out first when they are not as long as each other.
     """
     from kmt.errors import KmtError
 
@@ -55,7 +56,7 @@ def translate_stream(
     prefixes = None if prefixes is None else iter(prefixes)
     constraints = None if constraints is None else iter(constraints)
     while chunk := list(itertools.islice(lines, buffer_size)):
-        options = dict(settings=settings, nbest=nbest, alignments=alignments)
+        options = dict(settings=settings, nbest=nbest, alignments=alignments, glossary=glossary)
         if constraints is not None:
             options["constraints"] = list(itertools.islice(constraints, len(chunk)))
         if prefixes is not None:

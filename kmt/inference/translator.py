@@ -25,6 +25,9 @@ A Transformer's export also has `translate_align`, which returns `translate`'s o
 whitespace-separated words; `kmt.inference.alignments`), and `align`, which takes `source` and `target` and returns
 the pairs' `alignment` (forced alignment).
 
+A model trained with the terminology transform (`kmt.data.terminology`) has a variable `inline_terms`: it takes
+a glossary's terms inline in `text` (`kmt.Glossary.annotate`).
+
 An ensemble (a list of models sharing one vocabulary) exports the same signatures; its search and `score` take the
 mean of the models' probabilities at each step (`kmt.inference.ensemble`). `export.export_translator` writes it.
 
@@ -37,6 +40,7 @@ import tensorflow as tf
 from kmt.inference.alignments import alignments_graph, attention_ids, piece_kinds
 from kmt.inference.decoding import search_ids
 from kmt.inference.ensemble import ensemble_members
+from kmt.inference.glossary import MARKERS
 from kmt.inference.lengths import decode_lengths
 from kmt.inference.score import score_ids
 from kmt.inference.settings import SearchSettings
@@ -79,6 +83,8 @@ class TranslatorModule(tf.Module):
         self.model_variables = [
             v.value if isinstance(v, keras.Variable) else v for member in models for v in member.variables
         ]
+        if vocabularies.source.holds(MARKERS):  # trained with the terminology transform: loaders read this flag
+            self.inline_terms = tf.Variable(True, trainable=False, name="inline_terms")
         self.source_ops = vocabularies.source._op
         self.target_ops = vocabularies.target._op
         settings = settings or SearchSettings()

@@ -26,6 +26,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 
 from kmt.errors import KmtError
+from kmt.inference.glossary import MARKERS, Glossary
 from kmt.inference.settings import SearchSettings, SettingsError
 from kmt.inference.translate import map_sorted
 from kmt.special_ids import END_ID, PAD_ID
@@ -87,6 +88,7 @@ class BatchedTranslator:
 
     settings: SearchSettings | None = None
     batch_size: int = 64
+    inline_terms: bool = False  # the model learned to copy terms given inline (`kmt.data.terminology`)
 
     def translate(
         self,
@@ -97,6 +99,7 @@ class BatchedTranslator:
         prefixes: Sequence[str] | None = None,
         alignments: bool = False,
         constraints: Sequence[Sequence[str]] | None = None,
+        glossary: Glossary | None = None,
         progress: bool = False,
         long_prefixes: str = "raise",
         first_line: int = 1,
@@ -122,6 +125,9 @@ class BatchedTranslator:
                 a `KmtError` naming its line, as are phrases that need more tokens than the sentence's output
                 limit; a translation that could not contain them all is logged as a warning, with its line.
                 Defaults to `None`.
+            glossary: a `kmt.Glossary` whose terms found in a line must be translated its way: given inline
+                (`Glossary.annotate`) to a model trained with the terminology transform (`inline_terms`), else
+                added to the line's `constraints`. Defaults to `None`.
             progress: log `translated done/total (lines/s)` after each batch. Defaults to `False`.
             long_prefixes: `"raise"` a `KmtError` for a prefix longer than its sentence's limit, or `"keep"` going:
                 that line translates to "" with a NaN score (as the SavedModel's `translate_prefix` answers; what a
@@ -130,7 +136,15 @@ class BatchedTranslator:
         """
         if nbest is not None and nbest < 1:
             raise SettingsError(f"nbest must be positive. Received: nbest={nbest}")
-        lines = list(lines)
+        lines = sources = list(lines)  # `sources` are what the model reads; `lines` what alignments count
+        if glossary is not None and self.inline_terms:
+            sources = [glossary.annotate(line) for line in lines]
+        elif glossary is not None:
+            given = constraints if constraints is not None else [[] for _ in lines]
+            constraints = [
+                list(phrases) + [t for t in glossary.constraints(line) if t not in phrases]
+                for phrases, line in zip(given, lines)
+            ]
         if prefixes is not None:
             prefixes = list(prefixes)
             if len(prefixes) != len(lines):
@@ -152,7 +166,7 @@ class BatchedTranslator:
             (settings or self.settings).strategy.require("constraints")
         items = [
             (line, prefixes[i] if prefixes is not None else "", constraints[i] if constraints is not None else [])
-            for i, line in enumerate(lines)
+            for i, line in enumerate(sources)
         ]
         results = map_sorted(
             lambda batch: self._translate_batch(
@@ -311,6 +325,7 @@ class KerasTranslator(BatchedTranslator):
         self.batch_size = batch_size
         self.max_length = max_length_of(ensemble_members(model))
         self._modules = {}  # SearchSettings -> TranslatorModule, under TensorFlow
+        self.inline_terms = vocabularies.source.holds(MARKERS)
 
     def _check_features(self, prefixes=False, alignments=False, nbest=1, constraints=False):
         from kmt.inference.alignments import require_alignment
@@ -458,6 +473,7 @@ class SavedModelTranslator(BatchedTranslator):
         self.signatures = dict(self.loaded.signatures)
         if "translate" not in self.signatures:
             raise KmtError(f"{path} has no 'translate' signature; was it exported by kmt?")
+        self.inline_terms = hasattr(self.loaded, "inline_terms")  # kmt.inference.translator.TranslatorModule
 
     def signature(self, name):
         """The SavedModel's signature `name` (`translate`, `translate_nbest`, `translate_prefix`, `translate_align`,

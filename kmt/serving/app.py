@@ -7,7 +7,7 @@ Routes (`protocol.py` has the bodies), MODEL being `NAME`, `NAME/versions/1` or 
 - `GET /v1/models/MODEL/metadata`: TensorFlow Serving's model metadata (the signature defs);
 - `POST /translate`: `{"text": [...]}` -> `{"translations": [...], "scores": [...]}`; with `"glossary": [[source
   term, target term], ...]` (or the server's `--glossary`), each sentence's translation holds the target term of every
-  source term found in it (`translate_constrained`);
+  source term found in it (`translate_constrained`, or the terms inline for a model trained with them);
 - `GET /healthz` (the process answers), `GET /readyz` (the model is loaded and warmed), `GET /metrics`.
 
 The server serves one version, `1`, which every label names. The server listens at once and loads the model on a
@@ -157,7 +157,7 @@ class _State:
         model = self._ready_model()
         signature, inputs, form = parse_predict(parse_json(await self._body(request)), model.signatures)
         if signature in ("translate", "serving_default") and self.settings.glossary is not None:
-            signature, inputs = self._constrained(self.settings.glossary, inputs["text"])  # same outputs
+            signature, inputs = self._glossed(self.settings.glossary, inputs["text"], signature)  # same outputs
         outputs = await self._run(request, signature, inputs)
         return JSONResponse(predict_response(outputs, form, len(next(iter(inputs.values())))))
 
@@ -165,7 +165,7 @@ class _State:
         self._ready_model()
         text, terms = parse_translate(parse_json(await self._body(request)))
         glossary = self.settings.glossary if terms is None else Glossary(terms)
-        signature, inputs = ("translate", {"text": text}) if glossary is None else self._constrained(glossary, text)
+        signature, inputs = ("translate", {"text": text}) if glossary is None else self._glossed(glossary, text)
         outputs = await self._run(request, signature, inputs)
         return JSONResponse({"translations": outputs["translation"], "scores": outputs["score"]})
 
@@ -178,8 +178,11 @@ class _State:
         depth = self.queue.depth if self.queue is not None else 0
         return PlainTextResponse(self.metrics.render(depth, self.ready), media_type="text/plain; version=0.0.4")
 
-    def _constrained(self, glossary, text):
-        """`translate_constrained` and its inputs: each sentence's constraints are its glossary terms."""
+    def _glossed(self, glossary, text, signature="translate"):
+        """The signature and inputs that translate `text` with `glossary`: the terms inline for a model trained with
+        the terminology transform, else `translate_constrained`, each sentence's constraints its glossary terms."""
+        if self.model.inline_terms:
+            return signature, {"text": [glossary.annotate(t) for t in text]}
         if "translate_constrained" not in self.model.signatures:
             raise RequestError(
                 400,
@@ -271,7 +274,7 @@ async def _load(state, model_path, on_load_failure):
     try:
         started = time.perf_counter()
         model = await asyncio.to_thread(load_model, model_path)
-        if settings.glossary is not None and "translate_constrained" not in model.signatures:
+        if settings.glossary is not None and not model.inline_terms and "translate_constrained" not in model.signatures:
             raise KmtError(f"--glossary needs a model that can constrain a translation; {model_path} cannot")
         for name, signature in model.signatures.items():
             inputs = {  # one sentence; a list of strings for a [None, None] input

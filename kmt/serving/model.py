@@ -65,6 +65,7 @@ class TranslatorRunner:
 
     def __init__(self, translator):
         self._translator = translator
+        self.inline_terms = translator.inline_terms  # it takes a glossary's terms inline in `text`
         text = {"text": Tensor("DT_STRING", (-1,), "text")}
         translated = {
             "score": Tensor("DT_FLOAT", (-1,), "score"),
@@ -121,6 +122,7 @@ class SavedModelRunner:
 
     def __init__(self, translator):
         self._functions = translator.signatures
+        self.inline_terms = translator.inline_terms  # it takes a glossary's terms inline in `text`
         self.signatures = _signatures(Path(translator.path) / "saved_model.pb", self._functions)
 
     def run(self, signature, inputs):
