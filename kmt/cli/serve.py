@@ -8,7 +8,10 @@ A client written against `tensorflow_model_server --rest_api_port=8501 --model_n
 
 Routes: POST /v1/models/NAME:predict (row "instances" or columnar "inputs"), GET /v1/models/NAME (status),
 GET /v1/models/NAME/metadata (signatures), each also under NAME/versions/1 and NAME/labels/LABEL; POST /translate,
-GET /healthz, GET /readyz (once the model is loaded and warmed), GET /metrics (Prometheus text).
+GET /healthz, GET /readyz (once the model is loaded and warmed), GET /metrics (Prometheus text). LibreTranslate's API
+too, for its clients: POST /translate with "q" (JSON or a form), GET /languages, POST /detect, GET /frontend/settings:
+
+    curl -s -X POST http://127.0.0.1:8501/translate -d q="A man sleeps." -d source=en -d target=de
 
 Concurrent requests are gathered into batches of up to --max-batch-size sentences, waiting at most
 --batch-timeout-ms after the first, sorted by length and decoded together; each request gets its own lines. A full
@@ -29,6 +32,7 @@ import socket
 from kmt.cli import console_script
 from kmt.cli.common import setup_logging
 from kmt.cli.errors import exit_on_user_error, fail
+from kmt.errors import KmtError
 
 logger = logging.getLogger("kmt.serving")
 
@@ -90,6 +94,24 @@ def parse_args(argv=None):
         "inline, for a model trained with data.terminology)",
     )
     parser.add_argument(
+        "--languages",
+        metavar="SOURCE-TARGET",
+        help="the model's language pair for LibreTranslate's routes, ISO 639-1 codes such as en-de (default: the "
+        "data.source_lang and data.target_lang of the run EXPORT_DIR is or is in)",
+    )
+    parser.add_argument(
+        "--api-keys",
+        metavar="FILE",
+        help="LibreTranslate's routes take only requests whose api_key is one of FILE's lines (default: no key)",
+    )
+    parser.add_argument(
+        "--req-limit",
+        type=int,
+        default=0,
+        help="LibreTranslate requests one client (its api_key, else its address) may make a minute; beyond it "
+        "429 (default: 0, no limit)",
+    )
+    parser.add_argument(
         "--no-batching",
         action="store_true",
         help="decode each request alone, as it arrives (for comparison: bench/serve_load.py)",
@@ -98,7 +120,7 @@ def parse_args(argv=None):
     for name in ("max_batch_size", "max_queue", "max_sentences", "max_chars"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive. Received: {getattr(args, name)}")
-    for name in ("batch_timeout_ms", "request_timeout_s"):
+    for name in ("batch_timeout_ms", "request_timeout_s", "req_limit"):
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} must not be negative. Received: {getattr(args, name)}")
     if args.max_queue < args.max_sentences:
@@ -107,6 +129,31 @@ def parse_args(argv=None):
             f"{args.max_queue}, --max-sentences {args.max_sentences}"
         )
     return args
+
+
+def languages(args):
+    """The model's `Pair`: --languages, else its run's languages; None where neither says."""
+    from kmt.serving.libretranslate import Pair, pair_of_run
+
+    if args.languages is None:
+        return pair_of_run(args.export_dir)
+    try:
+        return Pair.parse(args.languages)
+    except ValueError as error:
+        raise KmtError(f"--languages: {error}") from None
+
+
+def read_api_keys(path):
+    """The keys in `path`, one a line (blank lines skipped); None without a file."""
+    if path is None:
+        return None
+    try:
+        keys = frozenset(line.strip() for line in open(path, encoding="utf-8") if line.strip())
+    except (OSError, UnicodeDecodeError) as error:
+        raise KmtError(f"--api-keys {path}: {getattr(error, 'strerror', None) or error}") from None
+    if not keys:
+        raise KmtError(f"--api-keys {path} holds no key")
+    return keys
 
 
 @console_script
@@ -120,6 +167,7 @@ def main(argv=None):
         from kmt.inference.glossary import Glossary
 
         glossary = None if args.glossary is None else Glossary.load(args.glossary)
+        pair, api_keys = languages(args), read_api_keys(args.api_keys)
     import uvicorn
 
     from kmt.serving.app import Settings, create_app
@@ -134,6 +182,9 @@ def main(argv=None):
         max_chars=args.max_chars,
         batching=not args.no_batching,
         glossary=glossary,
+        pair=pair,
+        api_keys=api_keys,
+        req_limit=args.req_limit,
     )
     failed = []
 
@@ -148,6 +199,10 @@ def main(argv=None):
     server = uvicorn.Server(config)
     listening = _listen(args.host, args.port)
     logger.info("listening on http://%s:%d (model name %s)", args.host, listening.getsockname()[1], args.model_name)
+    if pair is None:
+        logger.info("LibreTranslate's routes need the model's languages: start with --languages SOURCE-TARGET")
+    else:
+        logger.info("LibreTranslate's routes translate %s -> %s", pair.source, pair.target)
     # uvicorn re-raises a stopping signal once it has shut down gracefully; with these handlers that ends the
     # process with status 0 rather than by the signal.
     for stop in (signal.SIGTERM, signal.SIGINT):

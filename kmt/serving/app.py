@@ -8,7 +8,9 @@ Routes (`protocol.py` has the bodies), MODEL being `NAME`, `NAME/versions/1` or 
 - `POST /translate`: `{"text": [...]}` -> `{"translations": [...], "scores": [...]}`; with `"glossary": [[source
   term, target term], ...]` (or the server's `--glossary`), each sentence's translation holds the target term of every
   source term found in it (`translate_constrained`, or the terms inline for a model trained with them);
-- `GET /healthz` (the process answers), `GET /readyz` (the model is loaded and warmed), `GET /metrics`.
+- `GET /healthz` (the process answers), `GET /readyz` (the model is loaded and warmed), `GET /metrics`;
+- LibreTranslate's `POST /translate` (a body with `q`), `GET /languages`, `POST /detect`, `GET /frontend/settings`
+  (`kmt.serving.libretranslate`).
 
 The server serves one version, `1`, which every label names. The server listens at once and loads the model on a
 thread, so `/healthz` answers while it loads; the model routes answer 503 until `/readyz` does. Every error is
@@ -34,7 +36,9 @@ from starlette.routing import Route
 
 from kmt.errors import KmtError
 from kmt.inference.glossary import Glossary
+from kmt.serving import libretranslate as lt
 from kmt.serving.batching import Batcher, DecodingFailed, QueueFull, Unbatched
+from kmt.serving.libretranslate import LibreTranslate
 from kmt.serving.metrics import Metrics
 from kmt.serving.model import load_model
 from kmt.serving.protocol import (
@@ -71,6 +75,9 @@ class Settings:
     max_chars: int = 1000
     batching: bool = True
     glossary: object = None  # a kmt.inference.glossary.Glossary: constraints for the translate signatures
+    pair: object = None  # the model's kmt.serving.libretranslate.Pair, for LibreTranslate's routes
+    api_keys: frozenset | None = None  # LibreTranslate's routes need one of these as api_key; None: no key
+    req_limit: int = 0  # LibreTranslate requests a client (its key, else its address) may make a minute; 0: any
 
     @property
     def max_body_bytes(self):
@@ -94,6 +101,9 @@ def create_app(model_path, settings, on_load_failure=lambda: None):
     routes = [
         Route("/v1/models/{path:path}", state.models, methods=["GET", "POST"]),
         Route("/translate", state.translate, methods=["POST"]),
+        Route("/languages", state.libre.languages, methods=["GET"]),
+        Route("/detect", state.libre.detect, methods=["POST"]),
+        Route("/frontend/settings", state.libre.frontend_settings, methods=["GET"]),
         Route("/healthz", lambda request: JSONResponse({"status": "ok"}), methods=["GET"]),
         Route("/readyz", state.readyz, methods=["GET"]),
         Route("/metrics", state.metrics_text, methods=["GET"]),
@@ -113,6 +123,7 @@ class _State:
         self.settings, self.metrics = settings, metrics
         self.model = self.queue = None
         self.ready = False
+        self.libre = LibreTranslate(self)
 
     async def models(self, request):
         """Every route under /v1/models/: TensorFlow Serving's status, metadata and predict."""
@@ -163,7 +174,10 @@ class _State:
 
     async def translate(self, request):
         self._ready_model()
-        text, terms = parse_translate(parse_json(await self._body(request)))
+        body, content_type = await self._body(request), request.headers.get("content-type", "")
+        if lt.is_libretranslate(body, content_type):
+            return await self.libre.translate(request, lt.parse_form_or_json(body, content_type))
+        text, terms = parse_translate(parse_json(body))
         glossary = self.settings.glossary if terms is None else Glossary(terms)
         signature, inputs = ("translate", {"text": text}) if glossary is None else self._glossed(glossary, text)
         outputs = await self._run(request, signature, inputs)
@@ -367,4 +381,5 @@ def _route(path):
     """The metrics label of a path (a fixed set, whatever paths clients send)."""
     if path.startswith("/v1/models/"):
         return "/v1/models/:predict" if path.endswith(":predict") else "/v1/models/"
-    return path if path in ("/translate", "/healthz", "/readyz", "/metrics") else "other"
+    known = ("/translate", "/healthz", "/readyz", "/metrics", "/languages", "/detect", "/frontend/settings")
+    return path if path in known else "other"

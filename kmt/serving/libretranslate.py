@@ -1,0 +1,304 @@
+"""LibreTranslate's API on kmt-serve, beside TensorFlow Serving's, so that its clients (browser extensions, Nextcloud,
+Discourse, libretranslatepy, ...) translate with a kmt model unchanged.
+
+- `POST /translate`: `q` (a string or a list of strings), `source` (a code, or `auto`), `target`, `format` (`text`),
+  `alternatives` (how many other translations), `api_key`; a JSON or form body. The answer is
+  `{"translatedText": ...}`, a string or a list as `q` was, with `"alternatives"` when asked and, for `source=auto`,
+  `"detectedLanguage": {"confidence": 0-100, "language": code}` (a list of them for a list `q`). Each line of a text
+  is translated on its own; empty lines stay empty.
+- `GET /languages`: `[{"code", "name", "targets"}]`, the languages the server translates from.
+- `POST /detect`: `q` -> `[{"confidence", "language"}]`, by py3langid (Lui & Baldwin's langid.py), restricted to the
+  languages the server knows.
+- `GET /frontend/settings`: what LibreTranslate's web page and clients read (limits, whether a key is needed).
+
+Errors are `{"error": "..."}`, as LibreTranslate's: 400 for a bad request, 403 for a missing or unknown key.
+A `/translate` body with `q` is LibreTranslate's; one with `text` is kmt's own (`kmt.serving.app`).
+"""
+
+import collections
+import json
+import time
+import unicodedata
+import urllib.parse
+from dataclasses import dataclass
+
+from starlette.responses import JSONResponse
+
+from kmt.serving.protocol import RequestError
+
+# ISO 639-1 codes and the English names LibreTranslate gives them; a code not here is named by itself.
+NAMES = {
+    "ar": "Arabic", "bg": "Bulgarian", "ca": "Catalan", "cs": "Czech", "da": "Danish", "de": "German",
+    "el": "Greek", "en": "English", "es": "Spanish", "et": "Estonian", "fi": "Finnish", "fr": "French",
+    "ga": "Irish", "he": "Hebrew", "hi": "Hindi", "hu": "Hungarian", "id": "Indonesian", "it": "Italian",
+    "ja": "Japanese", "ko": "Korean", "lt": "Lithuanian", "lv": "Latvian", "nb": "Norwegian", "nl": "Dutch",
+    "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sk": "Slovak", "sl": "Slovenian",
+    "sv": "Swedish", "th": "Thai", "tr": "Turkish", "uk": "Ukrainian", "vi": "Vietnamese", "zh": "Chinese",
+}  # fmt: skip
+FORMATS = ("text",)
+
+
+@dataclass(frozen=True)
+class Pair:
+    """The language pair a model translates: ISO 639-1 codes, `en-de` on the command line."""
+
+    source: str
+    target: str
+
+    @classmethod
+    def parse(cls, text):
+        source, dash, target = str(text).partition("-")
+        if not dash or not source.isalpha() or not target.isalpha() or source == target:
+            raise ValueError(f"a language pair is two language codes joined by '-', such as en-de. Received: {text!r}")
+        return cls(source.lower(), target.lower())
+
+    def __str__(self):
+        return f"{self.source}-{self.target}"
+
+
+def pair_of_run(path):
+    """The `Pair` of the kmt-train run holding `path` (a run directory, or its export/ or ctranslate2 directory):
+    its `data.source_lang` and `data.target_lang`; None where `path` is in no run."""
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    path = Path(path).resolve()
+    for directory in (path, path.parent):
+        if (directory / "config.yaml").is_file():
+            data = OmegaConf.load(directory / "config.yaml").get("data", {})
+            if data.get("source_lang") and data.get("target_lang"):
+                return Pair(str(data.source_lang), str(data.target_lang))
+    return None
+
+
+class Detector:
+    """Language identification restricted to `languages` (py3langid, loaded on first use)."""
+
+    def __init__(self, languages):
+        self.languages = sorted(set(languages))
+        self._identifier = None
+
+    def __call__(self, text):
+        """`(code, confidence 0-100)` of `text`."""
+        if self._identifier is None:
+            from py3langid.langid import MODEL_DIR, MODEL_FILE, LanguageIdentifier
+
+            identifier = LanguageIdentifier.from_modelpath(MODEL_DIR / MODEL_FILE, norm_probs=True)
+            if len(self.languages) > 1:
+                identifier.set_languages(self.languages)
+            self._identifier = identifier
+        if len(self.languages) == 1:
+            return self.languages[0], 100.0
+        code, probability = self._identifier.classify(text)
+        return code, round(100 * float(probability), 1)
+
+
+def parse_form_or_json(body, content_type):
+    """A LibreTranslate request's parameters: a JSON object (`is_json`), else an `application/x-www-form-urlencoded`
+    body (its first value of each field; line endings as `\n`)."""
+    if not is_json(body, content_type):
+        try:
+            fields = urllib.parse.parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
+        except UnicodeDecodeError:
+            raise RequestError(400, "Invalid request: the form is not UTF-8") from None
+        # LibreTranslate reads a form's first value of each field
+        return {key: values[0].replace("\r\n", "\n") for key, values in fields.items()}
+    try:
+        value = json.loads(body) if body.strip() else {}
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise RequestError(400, "Invalid request: the body is neither JSON nor a form") from None
+    if not isinstance(value, dict):
+        raise RequestError(400, "Invalid JSON format")
+    return value
+
+
+def is_json(body, content_type):
+    """Whether a body is JSON: so typed, or an object whatever its type says (curl's `-d '{...}'` is typed as a
+    form)."""
+    return "json" in content_type.split(";")[0].lower() or body.lstrip()[:1] == b"{"
+
+
+def is_libretranslate(body, content_type):
+    """Whether a `/translate` body is LibreTranslate's (`q`) rather than kmt's own (`text`)."""
+    if not is_json(body, content_type):
+        return True  # a form
+    try:
+        return "q" in json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, TypeError):
+        return False
+
+
+def required(params, name):
+    """The parameter `name`, a non-empty string, or LibreTranslate's 400."""
+    value = params.get(name)
+    if value is None or value == "" or value == []:
+        raise RequestError(400, f"Invalid request: missing {name} parameter")
+    return value
+
+
+def texts(params, char_limit):
+    """`(list of texts, whether q was a list)`: `q` checked (each text at most `char_limit` characters), in NFC."""
+    q = required(params, "q")
+    many = isinstance(q, list)
+    values = q if many else [q]
+    if not all(isinstance(value, str) for value in values):
+        raise RequestError(400, "Invalid request: q must be a string or a list of strings")
+    for value in values:
+        if len(value) > char_limit:
+            raise RequestError(400, f"Invalid request: request ({len(value)}) exceeds text limit ({char_limit})")
+    try:
+        return [unicodedata.normalize("NFC", value.encode("utf-8").decode()) for value in values], many
+    except UnicodeEncodeError:
+        raise RequestError(400, "Invalid request: q holds text UTF-8 cannot encode") from None
+
+
+def alternatives_of(params, limit):
+    """How many alternatives a request asks (negative: none), at most `limit`."""
+    value = params.get("alternatives", 0) or 0
+    try:
+        value = max(int(value), 0)
+    except (TypeError, ValueError):
+        raise RequestError(400, "Invalid request: alternatives parameter is not a number") from None
+    if value > limit:
+        raise RequestError(400, f"Invalid request: alternatives parameter must be <= {limit}")
+    return value
+
+
+def name_of(code):
+    return NAMES.get(code, code)
+
+
+def lines_of(texts):
+    """Every line of every text, and where each text's lines are: `(lines, [(start, stop), ...])`."""
+    lines, spans = [], []
+    for text in texts:
+        parts = text.split("\n")
+        spans.append((len(lines), len(lines) + len(parts)))
+        lines += parts
+    return lines, spans
+
+
+def joined(translations, spans):
+    return ["\n".join(translations[start:stop]) for start, stop in spans]
+
+
+class LibreTranslate:
+    """LibreTranslate's routes over a kmt-serve app's state (`kmt.serving.app._State`): its settings, model, body
+    limits and batching queue."""
+
+    def __init__(self, state):
+        self.state = state
+        pair = state.settings.pair
+        self.detector = Detector([pair.source, pair.target] if pair else [])
+        self._calls = collections.defaultdict(collections.deque)  # client -> times of its requests this minute
+
+    @property
+    def pair(self):
+        if self.state.settings.pair is None:
+            raise RequestError(
+                400, "this server does not know its model's languages: start kmt-serve with --languages SOURCE-TARGET"
+            )
+        return self.state.settings.pair
+
+    def _admit(self, request, params):
+        """The api_key check and the per-client request limit."""
+        settings, key = self.state.settings, params.get("api_key") or None
+        if settings.api_keys is not None:
+            if key is None:
+                raise RequestError(400, "Please contact the server operator to get an API key")
+            if key not in settings.api_keys:
+                raise RequestError(403, "Invalid API key")
+        if settings.req_limit:
+            client = key or (request.client.host if request.client else "-")
+            calls, now = self._calls[client], time.monotonic()
+            while calls and calls[0] <= now - 60:
+                calls.popleft()
+            if len(calls) >= settings.req_limit:
+                raise RequestError(429, f"Slowdown: {settings.req_limit} per 1 minute", {"Retry-After": "60"})
+            calls.append(now)
+
+    def most_alternatives(self, glossary):
+        """The alternatives this model can give: its beam less the best (none from a constrained search)."""
+        signatures = self.state.model.signatures
+        if "translate_nbest" not in signatures or (glossary is not None and not self.state.model.inline_terms):
+            return 0
+        return max(signatures["translate_nbest"].outputs["translations"].shape[-1] - 1, 0)
+
+    async def translate(self, request, params):
+        settings = self.state.settings
+        texts_, many = texts(params, settings.max_chars)
+        source, target = (str(required(params, name)).lower() for name in ("source", "target"))
+        glossary = settings.glossary
+        count = alternatives_of(params, self.most_alternatives(glossary))
+        self._admit(request, params)
+        pair, detected = self.pair, None
+        if source == "auto":
+            detected = self.detector(" ".join(texts_))
+        for code in (detected[0] if detected else source, target):
+            if code not in (pair.source, pair.target):
+                raise RequestError(400, f"{'auto' if detected and code == detected[0] else code} is not supported")
+        if detected:
+            source = detected[0]
+        form = params.get("format") or "text"
+        if form not in FORMATS:
+            raise RequestError(400, f"{form} format is not supported")
+        if (source, target) != (pair.source, pair.target):
+            raise RequestError(
+                400,
+                f"{name_of(target)} ({target}) is not available as a target language from {name_of(source)} ({source})",
+            )
+        lines, spans = lines_of(texts_)
+        if glossary is not None:
+            signature, inputs = self.state._glossed(glossary, lines)
+        else:
+            signature, inputs = "translate", {"text": lines}
+        if count:
+            signature = "translate_nbest"
+        outputs = await self.state._run(request, signature, inputs)
+        if count:
+            beams = outputs["translations"]
+            best = joined([beam[0] for beam in beams], spans)
+            others = [joined([beam[min(k, len(beam) - 1)] for beam in beams], spans) for k in range(1, count + 1)]
+            alternatives = [list(dict.fromkeys(o[i] for o in others if o[i] != best[i])) for i in range(len(best))]
+        else:
+            best = joined(outputs["translation"], spans)
+        answer = {"translatedText": best if many else best[0]}
+        if count:
+            answer["alternatives"] = alternatives if many else alternatives[0]
+        if detected:
+            language = {"confidence": detected[1], "language": detected[0]}
+            answer["detectedLanguage"] = [language] * len(texts_) if many else language
+        return JSONResponse(answer)
+
+    async def detect(self, request):
+        self.state._ready_model()
+        body = await self.state._body(request)
+        params = parse_form_or_json(body, request.headers.get("content-type", ""))
+        texts_, _ = texts(params, self.state.settings.max_chars)
+        self._admit(request, params)
+        self.pair  # noqa: B018 (a server that does not know its languages says so)
+        code, confidence = self.detector(" ".join(texts_))
+        return JSONResponse([{"confidence": confidence, "language": code}])
+
+    async def languages(self, request):
+        pair = self.pair
+        return JSONResponse([{"code": pair.source, "name": name_of(pair.source), "targets": [pair.target]}])
+
+    async def frontend_settings(self, request):
+        settings, pair = self.state.settings, self.pair
+        return JSONResponse(
+            {
+                "charLimit": settings.max_chars,
+                "frontendTimeout": 500,
+                "apiKeys": settings.api_keys is not None,
+                "keyRequired": settings.api_keys is not None,
+                "suggestions": False,
+                "filesTranslation": False,
+                "supportedFilesFormat": [],
+                "language": {
+                    "source": {"code": pair.source, "name": name_of(pair.source)},
+                    "target": {"code": pair.target, "name": name_of(pair.target)},
+                },
+            }
+        )

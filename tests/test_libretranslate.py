@@ -1,0 +1,123 @@
+"""LibreTranslate's API on kmt-serve (`kmt.serving.libretranslate`): its request parsing, then a real client
+(libretranslatepy) and LibreTranslate's documented calls against a real server."""
+
+import json
+import urllib.parse
+
+import pytest
+
+from kmt.serving.libretranslate import Detector, Pair, is_libretranslate, joined, lines_of, parse_form_or_json, texts
+from kmt.serving.protocol import RequestError
+
+
+def test_a_body_with_q_is_libretranslates_as_json_or_as_a_form():
+    form = urllib.parse.urlencode({"q": "A dog.\r\nA cat.", "source": "en", "target": "de"}).encode()
+    assert is_libretranslate(form, "application/x-www-form-urlencoded")
+    assert parse_form_or_json(form, "application/x-www-form-urlencoded") == {
+        "q": "A dog.\nA cat.",
+        "source": "en",
+        "target": "de",
+    }
+    body = json.dumps({"q": ["a", "b"], "source": "auto", "target": "de"}).encode()
+    assert is_libretranslate(body, "application/json") and is_libretranslate(body, "application/x-www-form-urlencoded")
+    assert parse_form_or_json(body, "")["q"] == ["a", "b"]
+    assert not is_libretranslate(b'{"text": ["a"]}', "application/x-www-form-urlencoded")  # kmt's own, as curl sends it
+    with pytest.raises(RequestError, match="^Invalid JSON format$"):
+        parse_form_or_json(b"[1]", "application/json")
+
+
+def test_texts_are_checked_as_libretranslate_checks_them_and_split_into_lines():
+    assert texts({"q": "Cafe\u0301"}, 100) == (["Café"], False)  # NFC
+    assert texts({"q": ["a", "b"]}, 100) == (["a", "b"], True)
+    for params, message in [
+        ({}, "Invalid request: missing q parameter"),
+        ({"q": ""}, "Invalid request: missing q parameter"),
+        ({"q": "x" * 11}, r"Invalid request: request \(11\) exceeds text limit \(10\)"),
+        ({"q": [1]}, "Invalid request: q must be a string or a list of strings"),
+    ]:
+        with pytest.raises(RequestError, match=f"^{message}$"):
+            texts(params, 10)
+    lines, spans = lines_of(["one\ntwo", "", "three"])
+    assert lines == ["one", "two", "", "three"] and joined([s.upper() for s in lines], spans) == [
+        "ONE\nTWO",
+        "",
+        "THREE",
+    ]
+
+
+def test_a_pair_is_two_codes_and_detection_keeps_to_the_languages_served():
+    assert Pair.parse("EN-de") == Pair("en", "de") and str(Pair("en", "de")) == "en-de"
+    for bad in ("en", "en-en", "en-d3", "-de"):
+        with pytest.raises(ValueError, match="a language pair is two language codes joined by '-'"):
+            Pair.parse(bad)
+    detect = Detector(["en", "de"])
+    assert detect("Ein Mann schläft auf einer Bank im Park.")[0] == "de"
+    assert detect("A man is sleeping on a bench in the park.")[0] == "en"
+    assert detect("Un homme dort sur un banc.")[0] in ("en", "de")  # French is not served: never answered
+    assert Detector(["en"])("anything") == ("en", 100.0)
+
+
+@pytest.mark.e2e
+def test_libretranslates_client_and_documented_calls_get_libretranslates_answers(smoke_run, tmp_path):
+    from libretranslatepy import LibreTranslateAPI
+
+    from kmt.cli import export
+    from tests.test_serve import Server
+
+    export.main([str(smoke_run), "--beam-size", "3", "--output", str(tmp_path / "beam")])
+    (tmp_path / "keys").write_text("k1\nk2\n")
+    running = Server(tmp_path / "beam", "--languages", "en-de", "--api-keys", tmp_path / "keys", "--req-limit", "40")
+    try:
+        plain = running.post("/v1/models/kmt:predict", {"instances": ["5 May 1999", "July 4, 2021"]})[2]
+        expected = [p["translation"] for p in plain["predictions"]]
+        client = LibreTranslateAPI(running.url, api_key="k1")
+        assert client.translate("5 May 1999", "en", "de") == expected[0]
+        assert client.languages() == [{"code": "en", "name": "English", "targets": ["de"]}]
+        assert client.detect("A man is sleeping.") == [{"confidence": pytest.approx(50, abs=50), "language": "en"}]
+
+        def call(path, **params):
+            body = urllib.parse.urlencode({"api_key": "k1", **params}).encode()  # curl -d's form
+            return running.request("POST", path, body)
+
+        status, _, body = running.post(
+            "/translate", {"q": ["5 May 1999", "July 4, 2021\n5 May 1999"], "source": "auto", "target": "de",
+                           "alternatives": 2, "api_key": "k1"}
+        )  # fmt: skip
+        assert status == 200, body
+        assert body["translatedText"] == [expected[0], f"{expected[1]}\n{expected[0]}"]
+        assert len(body["alternatives"]) == 2 and all(isinstance(a, list) for a in body["alternatives"])
+        assert all(expected[0] != alternative for alternative in body["alternatives"][0])
+        assert [d["language"] for d in body["detectedLanguage"]] == ["en", "en"]
+        status, _, body = call("/translate", q="5 May 1999", source="en", target="de", format="text")
+        assert (status, body) == (200, {"translatedText": expected[0]})
+        status, _, settings = running.get("/frontend/settings")
+        assert settings["keyRequired"] and settings["language"]["target"] == {"code": "de", "name": "German"}
+
+        for params, answer in [
+            (dict(source="en", target="de"), (400, "Invalid request: missing q parameter")),
+            (dict(q="x", target="de"), (400, "Invalid request: missing source parameter")),
+            (dict(q="x", source="fr", target="de"), (400, "fr is not supported")),
+            (dict(q="x", source="de", target="en"), (400, "English (en) is not available as a target language "
+                                                          "from German (de)")),
+            (dict(q="x", source="en", target="de", format="pdf"), (400, "pdf format is not supported")),
+            (dict(q="x", source="en", target="de", alternatives="two"),
+             (400, "Invalid request: alternatives parameter is not a number")),
+            (dict(q="x", source="en", target="de", alternatives="3"),
+             (400, "Invalid request: alternatives parameter must be <= 2")),
+            (dict(q="x", source="en", target="de", api_key="nope"), (403, "Invalid API key")),
+            (dict(q="x", source="en", target="de", api_key=""),
+             (400, "Please contact the server operator to get an API key")),
+        ]:  # fmt: skip
+            status, _, body = call("/translate", **params)
+            assert (status, body) == (answer[0], {"error": answer[1]}), params
+        # kmt's own /translate is still there, keyless
+        status, _, body = running.post("/translate", {"text": ["5 May 1999"]})
+        assert status == 200 and body["translations"] == expected[:1]
+        # the per-client limit: k2's own count
+        statuses = [call("/detect", q="hello", api_key="k2")[0] for _ in range(41)]
+        assert statuses == [200] * 40 + [429]
+        status, headers, body = call("/detect", q="hello", api_key="k2")
+        assert (status, body) == (429, {"error": "Slowdown: 40 per 1 minute"}) and headers["Retry-After"] == "60"
+        assert call("/detect", q="hello")[0] == 200  # k1 is not slowed down
+    finally:
+        assert running.stop() == 0
