@@ -15,13 +15,14 @@ three ways through the runs' SavedModels: the plain run as it is, the plain run 
 constraints (`translate_constrained`), and the terms run with them inline (`kmt.Glossary.annotate`). Reported: term
 usage (the share of the test's terms whose target term is in the translation, whole words), sacreBLEU over every
 sentence and over those with terms, and sentences a second at `--batch-size` (medians over `--repeats`, side by
-side in a rotating order).
+side in a rotating order). Both runs are exported alike for it (`--beam-size`, `--length-penalty`).
 """
 
 import argparse
 import collections
 import os
 import re
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -48,6 +49,8 @@ def parse_args(argv=None):
     compare.add_argument("--target", required=True, help="their references")
     compare.add_argument("--batch-size", type=int, default=64, help="sentences a call (default: 64)")
     compare.add_argument("--repeats", type=int, default=1, help="timed passes (default: 1)")
+    compare.add_argument("--beam-size", type=int, default=5, help="both exports' beam (default: 5)")
+    compare.add_argument("--length-penalty", type=float, default=0.6, help="both exports' GNMT alpha (default: 0.6)")
     return parser.parse_args(argv)
 
 
@@ -119,8 +122,14 @@ def compare_command(args):
     tests = [[(s, e, t) for s, e, t in glossary.matches(src) if used(t, ref)] for src, ref in zip(sources, references)]
     held = [i for i, terms in enumerate(tests) if terms]
 
-    plain = tf.saved_model.load(str(Path(args.plain_run) / "export"))
-    terms_model = tf.saved_model.load(str(Path(args.terms_run) / "export"))
+    import kmt
+
+    search = {"beam_size": args.beam_size, "length_penalty": args.length_penalty}
+    with tempfile.TemporaryDirectory() as directory:  # both exported with the same search
+        for name in ("plain_run", "terms_run"):
+            kmt.export(getattr(args, name), output=Path(directory) / name, search=search)
+        plain = tf.saved_model.load(str(Path(directory) / "plain_run"))
+        terms_model = tf.saved_model.load(str(Path(directory) / "terms_run"))
     if not hasattr(terms_model, "inline_terms"):
         raise SystemExit(f"error: {args.terms_run} was not trained with data.terminology")
     width = max(len(terms) for terms in tests) or 1

@@ -33,6 +33,7 @@ SCRIPTS = [
     "opus_mt",
     "prefix_speed",
     "serve_load",
+    "terminology",
     "train_throughput",
 ]
 

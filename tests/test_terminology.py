@@ -1,6 +1,7 @@
 """The terminology transform (`data.terminology`, `kmt.data.terminology`): training sources annotated with the target
 terms their targets use, a vocabulary that keeps the markers whole, and translators that take a glossary inline."""
 
+import json
 import logging
 import re
 
@@ -97,6 +98,7 @@ def test_kmt_train_with_a_glossary_annotates_its_pairs_and_every_translator_take
     from kmt.data.shards import PreparedData
     from kmt.inference.loading import load_translator
     from tests.helpers import train_main
+    from tests.test_bench import run_bench
     from tests.test_serve import Server
 
     terms = tmp_path / "months.tsv"
@@ -144,3 +146,42 @@ def test_kmt_train_with_a_glossary_annotates_its_pairs_and_every_translator_take
         assert status == 200 and body["translations"] == out.read_text().splitlines()
     finally:
         assert running.stop() == 0
+
+    # The bench: a glossary from word links, then constrained decoding against inline terms (the run as both models)
+    (tmp_path / "tgt.txt").write_text("5 Mai 1999\nJuli 4, 2021\n9 9 99\n")
+    (tmp_path / "links").write_text("1-1\n0-0\n\n")  # May-Mai, July-Juli
+    common = ["--source", source, "--target", tmp_path / "tgt.txt"]
+    result = run_bench(
+        "terminology",
+        "glossary",
+        *common,
+        "--alignments",
+        tmp_path / "links",
+        "--out",
+        tmp_path / "derived.tsv",
+        "--min-count",
+        "1",
+        "--skip",
+        "0",
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "derived.tsv").read_text() == "May\tMai\nJuly\tJuli\n"
+    result = run_bench(
+        "terminology",
+        "compare",
+        run,
+        run,
+        "--glossary",
+        tmp_path / "derived.tsv",
+        *common,
+        "--batch-size",
+        "2",
+        "--beam-size",
+        "2",
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    figures = json.loads(result.stdout.splitlines()[-1])
+    assert (figures["terms"], figures["sentences_with_terms"]) == (2, 2)
+    rows = {row["system"]: row for row in figures["rows"]}
+    assert set(rows) == {"plain", "plain + constraints", "terms inline"}
+    assert all(0 <= row["term_usage"] <= 100 and 0 <= row["bleu"] <= 100 for row in rows.values())
