@@ -66,13 +66,20 @@ def test_libretranslates_client_and_documented_calls_get_libretranslates_answers
 
     export.main([str(smoke_run), "--beam-size", "3", "--output", str(tmp_path / "beam")])
     (tmp_path / "keys").write_text("k1\nk2\n")
-    running = Server(tmp_path / "beam", "--languages", "en-de", "--api-keys", tmp_path / "keys", "--req-limit", "40")
+    # Two models, each a language pair: the dates model twice, once with a beam, once greedy as "fr-en"
+    models = [f"--model=en-de={tmp_path / 'beam'}", "--model", f"fr-en={smoke_run / 'export'}"]
+    running = Server(*models, "--api-keys", tmp_path / "keys", "--req-limit", "40")
     try:
-        plain = running.post("/v1/models/kmt:predict", {"instances": ["5 May 1999", "July 4, 2021"]})[2]
+        plain = running.post("/v1/models/en-de:predict", {"instances": ["5 May 1999", "July 4, 2021"]})[2]
         expected = [p["translation"] for p in plain["predictions"]]
+        greedy = running.post("/v1/models/fr-en:predict", {"instances": ["5 May 1999"]})[2]["predictions"][0]
         client = LibreTranslateAPI(running.url, api_key="k1")
         assert client.translate("5 May 1999", "en", "de") == expected[0]
-        assert client.languages() == [{"code": "en", "name": "English", "targets": ["de"]}]
+        assert client.translate("5 May 1999", "fr", "en") == greedy["translation"]
+        assert client.languages() == [
+            {"code": "en", "name": "English", "targets": ["de"]},
+            {"code": "fr", "name": "French", "targets": ["en"]},
+        ]
         assert client.detect("A man is sleeping.") == [{"confidence": pytest.approx(50, abs=50), "language": "en"}]
 
         def call(path, **params):
@@ -96,9 +103,9 @@ def test_libretranslates_client_and_documented_calls_get_libretranslates_answers
         for params, answer in [
             (dict(source="en", target="de"), (400, "Invalid request: missing q parameter")),
             (dict(q="x", target="de"), (400, "Invalid request: missing source parameter")),
-            (dict(q="x", source="fr", target="de"), (400, "fr is not supported")),
-            (dict(q="x", source="de", target="en"), (400, "English (en) is not available as a target language "
-                                                          "from German (de)")),
+            (dict(q="x", source="es", target="de"), (400, "es is not supported")),
+            (dict(q="x", source="en", target="fr"), (400, "French (fr) is not available as a target language "
+                                                          "from English (en)")),
             (dict(q="x", source="en", target="de", format="pdf"), (400, "pdf format is not supported")),
             (dict(q="x", source="en", target="de", alternatives="two"),
              (400, "Invalid request: alternatives parameter is not a number")),
@@ -110,9 +117,15 @@ def test_libretranslates_client_and_documented_calls_get_libretranslates_answers
         ]:  # fmt: skip
             status, _, body = call("/translate", **params)
             assert (status, body) == (answer[0], {"error": answer[1]}), params
-        # kmt's own /translate is still there, keyless
+        # kmt's own /translate is still there, keyless: the first model, or the one named
         status, _, body = running.post("/translate", {"text": ["5 May 1999"]})
         assert status == 200 and body["translations"] == expected[:1]
+        body = running.post("/translate", {"text": ["5 May 1999"], "model": "fr-en"})[2]
+        assert body["translations"] == [greedy["translation"]]
+        assert running.post("/translate", {"text": ["x"], "model": "kmt"})[:3:2] == (
+            404,
+            {"error": "model 'kmt' not found; this server serves 'en-de', 'fr-en'"},
+        )
         # the per-client limit: k2's own count
         statuses = [call("/detect", q="hello", api_key="k2")[0] for _ in range(41)]
         assert statuses == [200] * 40 + [429]
@@ -121,3 +134,34 @@ def test_libretranslates_client_and_documented_calls_get_libretranslates_answers
         assert call("/detect", q="hello")[0] == 200  # k1 is not slowed down
     finally:
         assert running.stop() == 0
+
+
+def test_kmt_serve_names_each_model_by_its_pair_or_its_run(smoke_run, capsys):
+    from kmt.cli.serve import main, parse_args, served_models
+    from tests.helpers import refused
+
+    export = smoke_run / "export"
+    [served] = served_models(parse_args([str(export)]))
+    assert (served.name, served.pair) == ("kmt", Pair("en", "de"))  # the run's data.source_lang and target_lang
+    [served] = served_models(parse_args([str(export), "--languages", "fr-en", "--model-name", "m"]))
+    assert (served.name, served.pair) == ("m", Pair("fr", "en"))
+    models = served_models(parse_args(["--model", f"en-de={export}", "--model", f"de-en={smoke_run}"]))
+    assert [(m.name, m.pair, m.path) for m in models] == [
+        ("en-de", Pair("en", "de"), str(export)),
+        ("de-en", Pair("de", "en"), str(smoke_run)),
+    ]
+    for args, line in [
+        ([], "kmt-serve: error: give one EXPORT_DIR, or --model SOURCE-TARGET=EXPORT_DIR once or more"),
+        ([str(export), "--model", f"en-de={export}"], "kmt-serve: error: give one EXPORT_DIR, or --model SOURCE-TARGET=EXPORT_DIR"
+         " once or more"),
+        (["--model", f"en-de={export}", "--languages", "en-de"], "kmt-serve: error: --languages names EXPORT_DIR's pair; a "
+         "--model names its own"),
+        (["--model", str(export)], f"error: --model is SOURCE-TARGET=EXPORT_DIR, such as en-de=runs/en_de/export. "
+         f"Received: {export}"),
+        (["--model", f"en-de={export}", "--model", f"en-de={export}"], f"error: --model en-de={export}: en-de is "
+         "served once"),
+        ([str(export), "--languages", "english"], "error: --languages: a language pair is two language codes joined "
+         "by '-', such as en-de. Received: 'english'"),
+    ]:  # fmt: skip
+        status, message = refused(capsys, main, *args)
+        assert status == 2 and message == line, (args, message)

@@ -22,6 +22,7 @@ connections, answers every request already received, then exits 0. docs/serving.
 Examples:
     kmt-serve runs/dates/<time>/export
     kmt-serve runs/multi30k/<time>/export --host 0.0.0.0 --port 8080 --max-batch-size 64 --batch-timeout-ms 10
+    kmt-serve --model en-de=runs/en_de/<time>/export --model de-en=runs/de_en/<time>/ctranslate2
 """
 
 import argparse
@@ -44,6 +45,7 @@ def parse_args(argv=None):
     parser.add_argument(
         "export_dir",
         metavar="EXPORT_DIR",
+        nargs="?",
         help="a kmt SavedModel export (a run's export/), a CTranslate2 directory "
         "(kmt-export RUN_DIR --format ctranslate2) or a run directory (its Keras model)",
     )
@@ -94,6 +96,14 @@ def parse_args(argv=None):
         "inline, for a model trained with data.terminology)",
     )
     parser.add_argument(
+        "--model",
+        metavar="SOURCE-TARGET=EXPORT_DIR",
+        action="append",
+        dest="models",
+        help="serve EXPORT_DIR for a language pair, such as en-de=runs/en_de/<time>/export; repeat it for several "
+        "models, each at /v1/models/SOURCE-TARGET and on LibreTranslate's routes (in place of EXPORT_DIR)",
+    )
+    parser.add_argument(
         "--languages",
         metavar="SOURCE-TARGET",
         help="the model's language pair for LibreTranslate's routes, ISO 639-1 codes such as en-de (default: the "
@@ -123,6 +133,10 @@ def parse_args(argv=None):
     for name in ("batch_timeout_ms", "request_timeout_s", "req_limit"):
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} must not be negative. Received: {getattr(args, name)}")
+    if (args.export_dir is None) == (args.models is None):
+        parser.error("give one EXPORT_DIR, or --model SOURCE-TARGET=EXPORT_DIR once or more")
+    if args.models and args.languages:
+        parser.error("--languages names EXPORT_DIR's pair; a --model names its own")
     if args.max_queue < args.max_sentences:
         parser.error(
             f"--max-queue must hold one request of --max-sentences. Received: --max-queue "
@@ -131,16 +145,34 @@ def parse_args(argv=None):
     return args
 
 
-def languages(args):
-    """The model's `Pair`: --languages, else its run's languages; None where neither says."""
+def served_models(args):
+    """The `Served` models of the command line: each --model, or EXPORT_DIR as --model-name with its `Pair`
+    (--languages, else its run's; None where neither says). Each path is checked."""
+    from kmt.serving.app import Served
     from kmt.serving.libretranslate import Pair, pair_of_run
+    from kmt.serving.model import check_model_path
 
-    if args.languages is None:
-        return pair_of_run(args.export_dir)
+    served = []
+    for given in args.models or []:
+        name, equals, path = given.partition("=")
+        if not equals or not path:
+            raise KmtError(f"--model is SOURCE-TARGET=EXPORT_DIR, such as en-de=runs/en_de/export. Received: {given}")
+        try:
+            pair = Pair.parse(name)
+        except ValueError as error:
+            raise KmtError(f"--model {given}: {error}") from None
+        if any(other.pair == pair for other in served):
+            raise KmtError(f"--model {given}: {pair} is served once")
+        check_model_path(path)
+        served.append(Served(str(pair), path, pair))
+    if served:
+        return served
+    check_model_path(args.export_dir)
     try:
-        return Pair.parse(args.languages)
+        pair = pair_of_run(args.export_dir) if args.languages is None else Pair.parse(args.languages)
     except ValueError as error:
         raise KmtError(f"--languages: {error}") from None
+    return [Served(args.model_name, args.export_dir, pair)]
 
 
 def read_api_keys(path):
@@ -161,13 +193,10 @@ def main(argv=None):
     args = parse_args(argv)
     setup_logging(verbose=True)
     with exit_on_user_error():
-        from kmt.serving.model import check_model_path
-
-        check_model_path(args.export_dir)
         from kmt.inference.glossary import Glossary
 
         glossary = None if args.glossary is None else Glossary.load(args.glossary)
-        pair, api_keys = languages(args), read_api_keys(args.api_keys)
+        served, api_keys = served_models(args), read_api_keys(args.api_keys)
     import uvicorn
 
     from kmt.serving.app import Settings, create_app
@@ -182,7 +211,6 @@ def main(argv=None):
         max_chars=args.max_chars,
         batching=not args.no_batching,
         glossary=glossary,
-        pair=pair,
         api_keys=api_keys,
         req_limit=args.req_limit,
     )
@@ -192,17 +220,25 @@ def main(argv=None):
         failed.append(True)
         server.should_exit = True
 
-    app = create_app(args.export_dir, settings, on_load_failure)
+    app = create_app(served, settings, on_load_failure)
     config = uvicorn.Config(
         app, log_config=None, access_log=False, timeout_graceful_shutdown=args.request_timeout_s + 5
     )
     server = uvicorn.Server(config)
     listening = _listen(args.host, args.port)
-    logger.info("listening on http://%s:%d (model name %s)", args.host, listening.getsockname()[1], args.model_name)
-    if pair is None:
-        logger.info("LibreTranslate's routes need the model's languages: start with --languages SOURCE-TARGET")
+    names = ", ".join(model.name for model in served)
+    logger.info(
+        "listening on http://%s:%d (model name%s %s)",
+        args.host,
+        listening.getsockname()[1],
+        "s" * (len(served) > 1),
+        names,
+    )
+    pairs = [str(model.pair) for model in served if model.pair is not None]
+    if pairs:
+        logger.info("LibreTranslate's routes translate %s", ", ".join(pairs))
     else:
-        logger.info("LibreTranslate's routes translate %s -> %s", pair.source, pair.target)
+        logger.info("LibreTranslate's routes need the model's languages: start with --languages SOURCE-TARGET")
     # uvicorn re-raises a stopping signal once it has shut down gracefully; with these handlers that ends the
     # process with status 0 rather than by the signal.
     for stop in (signal.SIGTERM, signal.SIGINT):

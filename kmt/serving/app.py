@@ -75,7 +75,7 @@ class Settings:
     max_chars: int = 1000
     batching: bool = True
     glossary: object = None  # a kmt.inference.glossary.Glossary: constraints for the translate signatures
-    pair: object = None  # the model's kmt.serving.libretranslate.Pair, for LibreTranslate's routes
+    pair: object = None  # an export path's kmt.serving.libretranslate.Pair, for LibreTranslate's routes
     api_keys: frozenset | None = None  # LibreTranslate's routes need one of these as api_key; None: no key
     req_limit: int = 0  # LibreTranslate requests a client (its key, else its address) may make a minute; 0: any
 
@@ -86,17 +86,35 @@ class Settings:
         return self.max_sentences * (2 * 6 * self.max_chars + 64) + 4096
 
 
-def create_app(model_path, settings, on_load_failure=lambda: None):
-    """The app serving the export at `model_path`; `on_load_failure()` is called if loading it fails."""
-    state = _State(settings, Metrics(settings.max_batch_size))
+@dataclasses.dataclass
+class Served:
+    """One model a server serves: its name (`/v1/models/NAME`), its path, its language pair (a
+    `kmt.serving.libretranslate.Pair`, or None) and, once loaded, its model and queue."""
+
+    name: str
+    path: object
+    pair: object = None
+    model: object = None
+    queue: object = None
+    ready: bool = False
+
+
+def create_app(models, settings, on_load_failure=lambda: None):
+    """The app serving `models`, a list of `Served` (or one export's path: served as `settings.model_name`, with
+    `settings.pair`); `on_load_failure()` is called if loading one fails. The first model answers kmt's `/translate`
+    unless a request names another."""
+    if not isinstance(models, list):
+        models = [Served(settings.model_name, models, settings.pair)]
+    state = _State(settings, Metrics(settings.max_batch_size), models)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        loading = asyncio.create_task(_load(state, model_path, on_load_failure))
+        loading = asyncio.create_task(_load_all(state, on_load_failure))
         yield
         await loading
-        if state.queue is not None:
-            await state.queue.stop()  # decodes what is still queued
+        for served in state.served.values():
+            if served.queue is not None:
+                await served.queue.stop()  # decodes what is still queued
 
     routes = [
         Route("/v1/models/{path:path}", state.models, methods=["GET", "POST"]),
@@ -119,11 +137,15 @@ def create_app(model_path, settings, on_load_failure=lambda: None):
 
 
 class _State:
-    def __init__(self, settings, metrics):
+    def __init__(self, settings, metrics, models):
         self.settings, self.metrics = settings, metrics
-        self.model = self.queue = None
-        self.ready = False
+        self.served = {served.name: served for served in models}
+        self.default = models[0]
         self.libre = LibreTranslate(self)
+
+    @property
+    def ready(self):
+        return all(served.ready for served in self.served.values())
 
     async def models(self, request):
         """Every route under /v1/models/: TensorFlow Serving's status, metadata and predict."""
@@ -138,7 +160,7 @@ class _State:
         method = "POST" if route["verb"] else "GET"
         if request.method not in (method, "HEAD" if method == "GET" else None):
             raise RequestError(405, f"{path} takes {method}. Received: {request.method}", {"Allow": method})
-        self._check_name(route["name"])
+        served = self._named(route["name"])
         if route["version"] not in (None, VERSION):
             raise RequestError(
                 404,
@@ -152,10 +174,10 @@ class _State:
                 f":{route['verb']} cannot call; use :predict",
             )
         if route["verb"]:
-            return await self.predict(request)
+            return await self.predict(request, served)
         if route["metadata"]:
-            return JSONResponse(metadata_response(self.settings.model_name, VERSION, self._ready_model().signatures))
-        state = "AVAILABLE" if self.ready else "LOADING"
+            return JSONResponse(metadata_response(served.name, VERSION, self._ready_model(served).signatures))
+        state = "AVAILABLE" if served.ready else "LOADING"
         return JSONResponse(
             {
                 "model_version_status": [
@@ -164,23 +186,27 @@ class _State:
             }
         )
 
-    async def predict(self, request):
-        model = self._ready_model()
+    async def predict(self, request, served):
+        model = self._ready_model(served)
         signature, inputs, form = parse_predict(parse_json(await self._body(request)), model.signatures)
         if signature in ("translate", "serving_default") and self.settings.glossary is not None:
-            signature, inputs = self._glossed(self.settings.glossary, inputs["text"], signature)  # same outputs
-        outputs = await self._run(request, signature, inputs)
+            signature, inputs = self._glossed(served, self.settings.glossary, inputs["text"], signature)  # same outputs
+        outputs = await self._run(request, served, signature, inputs)
         return JSONResponse(predict_response(outputs, form, len(next(iter(inputs.values())))))
 
     async def translate(self, request):
-        self._ready_model()
         body, content_type = await self._body(request), request.headers.get("content-type", "")
         if lt.is_libretranslate(body, content_type):
             return await self.libre.translate(request, lt.parse_form_or_json(body, content_type))
-        text, terms = parse_translate(parse_json(body))
+        text, terms, name = parse_translate(parse_json(body))
+        served = self.default if name is None else self._named(name)
+        self._ready_model(served)
         glossary = self.settings.glossary if terms is None else Glossary(terms)
-        signature, inputs = ("translate", {"text": text}) if glossary is None else self._glossed(glossary, text)
-        outputs = await self._run(request, signature, inputs)
+        if glossary is None:
+            signature, inputs = "translate", {"text": text}
+        else:
+            signature, inputs = self._glossed(served, glossary, text)
+        outputs = await self._run(request, served, signature, inputs)
         return JSONResponse({"translations": outputs["translation"], "scores": outputs["score"]})
 
     async def readyz(self, request):
@@ -189,15 +215,15 @@ class _State:
         return JSONResponse({"status": "ready"})
 
     async def metrics_text(self, request):
-        depth = self.queue.depth if self.queue is not None else 0
+        depth = sum(served.queue.depth for served in self.served.values() if served.queue is not None)
         return PlainTextResponse(self.metrics.render(depth, self.ready), media_type="text/plain; version=0.0.4")
 
-    def _glossed(self, glossary, text, signature="translate"):
+    def _glossed(self, served, glossary, text, signature="translate"):
         """The signature and inputs that translate `text` with `glossary`: the terms inline for a model trained with
         the terminology transform, else `translate_constrained`, each sentence's constraints its glossary terms."""
-        if self.model.inline_terms:
+        if served.model.inline_terms:
             return signature, {"text": [glossary.annotate(t) for t in text]}
-        if "translate_constrained" not in self.model.signatures:
+        if "translate_constrained" not in served.model.signatures:
             raise RequestError(
                 400,
                 "this model cannot constrain a translation (a CTranslate2 directory or a sampling "
@@ -205,14 +231,16 @@ class _State:
             )
         return "translate_constrained", {"text": text, "constraints": [glossary.constraints(t) for t in text]}
 
-    def _check_name(self, name):
-        if name != self.settings.model_name:
-            raise RequestError(404, f"model '{name}' not found; this server serves '{self.settings.model_name}'")
+    def _named(self, name):
+        if name not in self.served:
+            names = ", ".join(f"'{served}'" for served in self.served)
+            raise RequestError(404, f"model '{name}' not found; this server serves {names}")
+        return self.served[name]
 
-    def _ready_model(self):
-        if not self.ready:
+    def _ready_model(self, served):
+        if not served.ready:
             raise RequestError(503, "the model is loading", {"Retry-After": "1"})
-        return self.model
+        return served.model
 
     async def _body(self, request):
         """The request's body, read within --request-timeout-s (else 408). A body over the limit is read on, up to
@@ -243,10 +271,10 @@ class _State:
             )
         return b"".join(chunks)
 
-    async def _run(self, request, signature, inputs):
+    async def _run(self, request, served, signature, inputs):
         """The outputs of `signature` on `inputs`, or a `RequestError`; `ClientDisconnect` if the client goes away
         first (its queued sentences are then dropped)."""
-        decoding = asyncio.ensure_future(self._decode(signature, inputs))
+        decoding = asyncio.ensure_future(self._decode(served, signature, inputs))
         gone = asyncio.ensure_future(request.receive())  # the body is read: the next message is a disconnect
         await asyncio.wait((decoding, gone), return_when=asyncio.FIRST_COMPLETED)
         if decoding.done():
@@ -255,7 +283,7 @@ class _State:
         decoding.cancel()
         raise ClientDisconnect()
 
-    async def _decode(self, signature, inputs):
+    async def _decode(self, served, signature, inputs):
         settings = self.settings
         count = len(next(iter(inputs.values())))
         if count > settings.max_sentences:
@@ -271,7 +299,7 @@ class _State:
                         f"sentence {i} ({name}) has {chars} characters; the limit is --max-chars {settings.max_chars}",
                     )
         try:
-            return await asyncio.wait_for(self.queue.submit(signature, inputs), settings.request_timeout_s)
+            return await asyncio.wait_for(served.queue.submit(signature, inputs), settings.request_timeout_s)
         except QueueFull as error:
             raise RequestError(503, str(error), {"Retry-After": "1"}) from None
         except TimeoutError:
@@ -282,9 +310,17 @@ class _State:
             raise RequestError(500, str(error)) from None
 
 
-async def _load(state, model_path, on_load_failure):
-    """Loads the model on a thread, runs each signature once (tracing, kernel set-up), then opens the queue."""
-    settings = state.settings
+async def _load_all(state, on_load_failure):
+    """Loads the models one after the other."""
+    for served in state.served.values():
+        if not await _load(state, served, on_load_failure):
+            return
+
+
+async def _load(state, served, on_load_failure):
+    """Loads a model on a thread, runs each signature once (tracing, kernel set-up), then opens its queue; whether it
+    could."""
+    settings, model_path = state.settings, served.path
     try:
         started = time.perf_counter()
         model = await asyncio.to_thread(load_model, model_path)
@@ -299,7 +335,7 @@ async def _load(state, model_path, on_load_failure):
     except Exception as error:
         logger.error("could not load %s: %s", model_path, " ".join(str(error).split()))
         on_load_failure()
-        return
+        return False
     if settings.batching:
         queue = Batcher(
             model,
@@ -311,13 +347,17 @@ async def _load(state, model_path, on_load_failure):
     else:
         queue = Unbatched(model, settings.max_queue, state.metrics.observe_batch)
     await queue.start()
-    state.model, state.queue, state.ready = model, queue, True
+    served.model, served.queue, served.ready = model, queue, True
+    names = "" if len(state.served) == 1 else f" as {served.name}"
     logger.info(
-        "ready: %s loaded and warmed in %.1f s (signatures: %s)",
+        "%s: %s%s loaded and warmed in %.1f s (signatures: %s)",
+        "ready" if state.ready else "loaded",
         model_path,
+        names,
         time.perf_counter() - started,
         ", ".join(sorted(model.signatures)),
     )
+    return True
 
 
 def _error_response(request, error):

@@ -36,6 +36,7 @@ NAMES = {
     "sv": "Swedish", "th": "Thai", "tr": "Turkish", "uk": "Ukrainian", "vi": "Vietnamese", "zh": "Chinese",
 }  # fmt: skip
 FORMATS = ("text",)
+FIELDS = {"q", "source", "target", "format", "alternatives", "api_key"}  # a LibreTranslate request's
 
 
 @dataclass(frozen=True)
@@ -120,13 +121,17 @@ def is_json(body, content_type):
 
 
 def is_libretranslate(body, content_type):
-    """Whether a `/translate` body is LibreTranslate's (`q`) rather than kmt's own (`text`)."""
-    if not is_json(body, content_type):
-        return True  # a form
+    """Whether a `/translate` body is LibreTranslate's, a JSON object or a form with its fields (`q`, `source`,
+    ...), rather than kmt's own (`text`; anything else gets kmt's errors)."""
     try:
-        return "q" in json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, TypeError):
+        if is_json(body, content_type):
+            fields = json.loads(body)
+            fields = set(fields) if isinstance(fields, dict) and "text" not in fields else set()
+        else:
+            fields = set(urllib.parse.parse_qs(body.decode("utf-8"), keep_blank_values=True))
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return False
+    return bool(fields & FIELDS)
 
 
 def required(params, name):
@@ -184,22 +189,26 @@ def joined(translations, spans):
 
 
 class LibreTranslate:
-    """LibreTranslate's routes over a kmt-serve app's state (`kmt.serving.app._State`): its settings, model, body
-    limits and batching queue."""
+    """LibreTranslate's routes over a kmt-serve app's state (`kmt.serving.app._State`): its settings, its models
+    (each `Served` with a language pair answers that pair), body limits and batching queues."""
 
     def __init__(self, state):
         self.state = state
-        pair = state.settings.pair
-        self.detector = Detector([pair.source, pair.target] if pair else [])
+        self.by_pair = {served.pair: served for served in state.served.values() if served.pair is not None}
+        self.codes = sorted({code for pair in self.by_pair for code in (pair.source, pair.target)})
+        self.detector = Detector(self.codes)
         self._calls = collections.defaultdict(collections.deque)  # client -> times of its requests this minute
 
     @property
-    def pair(self):
-        if self.state.settings.pair is None:
+    def pairs(self):
+        """The language pairs served, in the order the models were given."""
+        if not self.by_pair:
             raise RequestError(
-                400, "this server does not know its model's languages: start kmt-serve with --languages SOURCE-TARGET"
+                400,
+                "this server does not know its model's languages: start kmt-serve with --languages SOURCE-TARGET "
+                "(or --model SOURCE-TARGET=EXPORT)",
             )
-        return self.state.settings.pair
+        return list(self.by_pair)
 
     def _admit(self, request, params):
         """The api_key check and the per-client request limit."""
@@ -218,44 +227,45 @@ class LibreTranslate:
                 raise RequestError(429, f"Slowdown: {settings.req_limit} per 1 minute", {"Retry-After": "60"})
             calls.append(now)
 
-    def most_alternatives(self, glossary):
-        """The alternatives this model can give: its beam less the best (none from a constrained search)."""
-        signatures = self.state.model.signatures
-        if "translate_nbest" not in signatures or (glossary is not None and not self.state.model.inline_terms):
+    def most_alternatives(self, served, glossary):
+        """The alternatives a model can give: its beam less the best (none from a constrained search)."""
+        model = self.state._ready_model(served)
+        if "translate_nbest" not in model.signatures or (glossary is not None and not model.inline_terms):
             return 0
-        return max(signatures["translate_nbest"].outputs["translations"].shape[-1] - 1, 0)
+        return max(model.signatures["translate_nbest"].outputs["translations"].shape[-1] - 1, 0)
 
     async def translate(self, request, params):
         settings = self.state.settings
         texts_, many = texts(params, settings.max_chars)
         source, target = (str(required(params, name)).lower() for name in ("source", "target"))
-        glossary = settings.glossary
-        count = alternatives_of(params, self.most_alternatives(glossary))
-        self._admit(request, params)
-        pair, detected = self.pair, None
+        glossary, detected = settings.glossary, None
+        self.pairs  # noqa: B018 (a server that does not know its languages says so first)
         if source == "auto":
             detected = self.detector(" ".join(texts_))
         for code in (detected[0] if detected else source, target):
-            if code not in (pair.source, pair.target):
+            if code not in self.codes:
                 raise RequestError(400, f"{'auto' if detected and code == detected[0] else code} is not supported")
         if detected:
             source = detected[0]
+        served = self.by_pair.get(Pair(source, target))
+        count = alternatives_of(params, self.most_alternatives(served, glossary) if served else 0)
+        self._admit(request, params)
         form = params.get("format") or "text"
         if form not in FORMATS:
             raise RequestError(400, f"{form} format is not supported")
-        if (source, target) != (pair.source, pair.target):
+        if served is None:
             raise RequestError(
                 400,
                 f"{name_of(target)} ({target}) is not available as a target language from {name_of(source)} ({source})",
             )
         lines, spans = lines_of(texts_)
         if glossary is not None:
-            signature, inputs = self.state._glossed(glossary, lines)
+            signature, inputs = self.state._glossed(served, glossary, lines)
         else:
             signature, inputs = "translate", {"text": lines}
         if count:
             signature = "translate_nbest"
-        outputs = await self.state._run(request, signature, inputs)
+        outputs = await self.state._run(request, served, signature, inputs)
         if count:
             beams = outputs["translations"]
             best = joined([beam[0] for beam in beams], spans)
@@ -272,21 +282,24 @@ class LibreTranslate:
         return JSONResponse(answer)
 
     async def detect(self, request):
-        self.state._ready_model()
         body = await self.state._body(request)
         params = parse_form_or_json(body, request.headers.get("content-type", ""))
         texts_, _ = texts(params, self.state.settings.max_chars)
         self._admit(request, params)
-        self.pair  # noqa: B018 (a server that does not know its languages says so)
+        self.pairs  # noqa: B018 (a server that does not know its languages says so)
         code, confidence = self.detector(" ".join(texts_))
         return JSONResponse([{"confidence": confidence, "language": code}])
 
     async def languages(self, request):
-        pair = self.pair
-        return JSONResponse([{"code": pair.source, "name": name_of(pair.source), "targets": [pair.target]}])
+        targets = collections.defaultdict(list)
+        for pair in self.pairs:
+            targets[pair.source].append(pair.target)
+        return JSONResponse(
+            [{"code": code, "name": name_of(code), "targets": sorted(codes)} for code, codes in targets.items()]
+        )
 
     async def frontend_settings(self, request):
-        settings, pair = self.state.settings, self.pair
+        settings, pair = self.state.settings, self.pairs[0]
         return JSONResponse(
             {
                 "charLimit": settings.max_chars,

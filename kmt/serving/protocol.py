@@ -71,17 +71,20 @@ def parse_predict(body, signatures):
 
 
 def parse_translate(body):
-    """`(sentences, glossary terms or None)` of a `/translate` request, `{"text": [str, ...]}` with an optional
-    `"glossary": [[source term, target term], ...]`."""
-    unknown = set(body) - {"text", "glossary"}
+    """`(sentences, glossary terms or None, model name or None)` of a `/translate` request, `{"text": [str, ...]}`
+    with an optional `"glossary": [[source term, target term], ...]` and `"model"` (which of a server's models)."""
+    unknown = set(body) - {"text", "glossary", "model"}
     if unknown or "text" not in body:
         raise RequestError(
             400,
-            'a /translate request is {"text": [sentences]} (and "glossary": [[source term, target term], ...])'
-            + (f"; unknown fields: {', '.join(sorted(unknown))}" if unknown else ""),
+            'a /translate request is {"text": [sentences]} (and "glossary": [[source term, target term], ...], '
+            '"model": name)' + (f"; unknown fields: {', '.join(sorted(unknown))}" if unknown else ""),
         )
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise RequestError(400, f"model must be a model's name. Received: {type(model).__name__}")
     if "glossary" not in body:
-        return _strings(body["text"], "text"), None
+        return _strings(body["text"], "text"), None, model
     terms = body["glossary"]
     if not isinstance(terms, list):
         raise RequestError(
@@ -90,7 +93,8 @@ def parse_translate(body):
     for i, pair in enumerate(terms):
         if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(t, str) and t.strip() for t in pair)):
             raise RequestError(400, f"glossary[{i}] must be [source term, target term], two non-empty strings")
-    return _strings(body["text"], "text"), [tuple(_strings(pair, f"glossary[{i}]")) for i, pair in enumerate(terms)]
+    terms = [tuple(_strings(pair, f"glossary[{i}]")) for i, pair in enumerate(terms)]
+    return _strings(body["text"], "text"), terms, model
 
 
 def predict_response(outputs, form, count):
