@@ -5,6 +5,7 @@ import json
 import urllib.parse
 
 import pytest
+from lxml import html as lxml_html
 
 from kmt.serving.libretranslate import Detector, Pair, is_libretranslate, joined, lines_of, parse_form_or_json, texts
 from kmt.serving.protocol import RequestError
@@ -97,6 +98,14 @@ def test_libretranslates_client_and_documented_calls_get_libretranslates_answers
         assert [d["language"] for d in body["detectedLanguage"]] == ["en", "en"]
         status, _, body = call("/translate", q="5 May 1999", source="en", target="de", format="text")
         assert (status, body) == (200, {"translatedText": expected[0]})
+        page = '<p>5 May 1999</p><p class="x">July <b>4</b>, 2021 <code>keep</code></p>'
+        status, _, body = call("/translate", q=page, source="en", target="de", format="html")
+        assert status == 200, body
+        root = lxml_html.fragment_fromstring(body["translatedText"], create_parent="div")
+        paragraphs = root.findall("p")
+        assert [p.text_content().replace("keep", "").strip() for p in paragraphs] == expected
+        assert paragraphs[1].get("class") == "x" and paragraphs[1].find("code").text == "keep"
+        assert len(paragraphs[1].findall("b")) == 1  # every tag once, wherever its words went
         status, _, settings = running.get("/frontend/settings")
         assert settings["keyRequired"] and settings["language"]["target"] == {"code": "de", "name": "German"}
 
@@ -107,6 +116,7 @@ def test_libretranslates_client_and_documented_calls_get_libretranslates_answers
             (dict(q="x", source="en", target="fr"), (400, "French (fr) is not available as a target language "
                                                           "from English (en)")),
             (dict(q="x", source="en", target="de", format="pdf"), (400, "pdf format is not supported")),
+            (dict(q="x", source="en", target="de", format="html", alternatives="1"), None),
             (dict(q="x", source="en", target="de", alternatives="two"),
              (400, "Invalid request: alternatives parameter is not a number")),
             (dict(q="x", source="en", target="de", alternatives="3"),
@@ -116,6 +126,9 @@ def test_libretranslates_client_and_documented_calls_get_libretranslates_answers
              (400, "Please contact the server operator to get an API key")),
         ]:  # fmt: skip
             status, _, body = call("/translate", **params)
+            if answer is None:  # LibreTranslate gives html no alternatives
+                assert status == 200 and body["alternatives"] == [], body
+                continue
             assert (status, body) == (answer[0], {"error": answer[1]}), params
         # kmt's own /translate is still there, keyless: the first model, or the one named
         status, _, body = running.post("/translate", {"text": ["5 May 1999"]})
@@ -150,14 +163,18 @@ def test_kmt_serve_names_each_model_by_its_pair_or_its_run(smoke_run, capsys):
         ("en-de", Pair("en", "de"), str(export)),
         ("de-en", Pair("de", "en"), str(smoke_run)),
     ]
+    one = "kmt-serve: error: give one EXPORT_DIR, or --model SOURCE-TARGET=EXPORT_DIR once or more"
     for args, line in [
-        ([], "kmt-serve: error: give one EXPORT_DIR, or --model SOURCE-TARGET=EXPORT_DIR once or more"),
-        ([str(export), "--model", f"en-de={export}"], "kmt-serve: error: give one EXPORT_DIR, or --model SOURCE-TARGET=EXPORT_DIR"
-         " once or more"),
-        (["--model", f"en-de={export}", "--languages", "en-de"], "kmt-serve: error: --languages names EXPORT_DIR's pair; a "
-         "--model names its own"),
-        (["--model", str(export)], f"error: --model is SOURCE-TARGET=EXPORT_DIR, such as en-de=runs/en_de/export. "
-         f"Received: {export}"),
+        ([], one),
+        ([str(export), "--model", f"en-de={export}"], one),
+        (
+            ["--model", f"en-de={export}", "--languages", "en-de"],
+            "kmt-serve: error: --languages names EXPORT_DIR's pair; a --model names its own",
+        ),
+        (
+            ["--model", str(export)],
+            f"error: --model is SOURCE-TARGET=EXPORT_DIR, such as en-de=runs/en_de/export. Received: {export}",
+        ),
         (["--model", f"en-de={export}", "--model", f"en-de={export}"], f"error: --model en-de={export}: en-de is "
          "served once"),
         ([str(export), "--languages", "english"], "error: --languages: a language pair is two language codes joined "

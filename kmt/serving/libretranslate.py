@@ -35,7 +35,7 @@ NAMES = {
     "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sk": "Slovak", "sl": "Slovenian",
     "sv": "Swedish", "th": "Thai", "tr": "Turkish", "uk": "Ukrainian", "vi": "Vietnamese", "zh": "Chinese",
 }  # fmt: skip
-FORMATS = ("text",)
+FORMATS = ("text", "html")
 FIELDS = {"q", "source", "target", "format", "alternatives", "api_key"}  # a LibreTranslate request's
 
 
@@ -258,6 +258,9 @@ class LibreTranslate:
                 400,
                 f"{name_of(target)} ({target}) is not available as a target language from {name_of(source)} ({source})",
             )
+        if form == "html":
+            best, alternatives = await self._html(request, served, texts_), [[] for _ in texts_]
+            return self._answer(best, alternatives if count else None, detected, many)
         lines, spans = lines_of(texts_)
         if glossary is not None:
             signature, inputs = self.state._glossed(served, glossary, lines)
@@ -273,13 +276,33 @@ class LibreTranslate:
             alternatives = [list(dict.fromkeys(o[i] for o in others if o[i] != best[i])) for i in range(len(best))]
         else:
             best = joined(outputs["translation"], spans)
+        return self._answer(best, alternatives if count else None, detected, many)
+
+    def _answer(self, best, alternatives, detected, many):
         answer = {"translatedText": best if many else best[0]}
-        if count:
+        if alternatives is not None:
             answer["alternatives"] = alternatives if many else alternatives[0]
         if detected:
             language = {"confidence": detected[1], "language": detected[0]}
-            answer["detectedLanguage"] = [language] * len(texts_) if many else language
+            answer["detectedLanguage"] = [language] * len(best) if many else language
         return JSONResponse(answer)
+
+    async def _html(self, request, served, texts_):
+        """Each HTML text translated with its markup kept (`kmt.markup`): its segments through `translate_align`,
+        the tags put back around the aligned words (no glossary: its constraints or inline terms would move the
+        words the alignments count)."""
+        from kmt.inference.alignments import parse_pharaoh
+        from kmt.markup import Fragment
+
+        if "translate_align" not in served.model.signatures:
+            raise RequestError(400, "html format needs word alignments, and this model gives none (not a Transformer)")
+        fragments = [Fragment(text) for text in texts_]
+        lines = [line for fragment in fragments for line in fragment.lines]
+        outputs = {"translation": [], "alignment": []}
+        if lines:
+            outputs = await self.state._run(request, served, "translate_align", {"text": lines})
+        results = iter(zip(outputs["translation"], map(parse_pharaoh, outputs["alignment"])))
+        return [fragment.render([next(results) for _ in fragment.lines]) for fragment in fragments]
 
     async def detect(self, request):
         body = await self.state._body(request)
