@@ -1,7 +1,8 @@
 """kmt: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as Keras 3 layers, for translation.
 
 The library's face, imported when first used: `kmt.compose_config`, `kmt.train`, `kmt.load`, `kmt.export` and
-`kmt.evaluate` (`kmt.api`), `kmt.import_marian` (`kmt.importers.marian`, an OPUS-MT checkpoint as a run), and
+`kmt.evaluate` (`kmt.api`), `kmt.import_marian` (`kmt.importers.marian`, an OPUS-MT checkpoint as a run),
+`kmt.translate_file` (`kmt.documents`, a .txt, .html or .srt file with its layout kept), and
 `kmt.SearchSettings` (`kmt.inference.settings`) and `kmt.Glossary` (`kmt.inference.glossary`); also the models
 (`kmt.Transformer`, `kmt.LSTM`, `kmt.models`), `kmt.layers`, `kmt.losses` and `kmt.schedule`.
 
@@ -24,6 +25,7 @@ _LAZY = {
     "export": "kmt.api",
     "evaluate": "kmt.api",
     "import_marian": "kmt.importers.marian",
+    "translate_file": "kmt.documents",
     "SearchSettings": "kmt.inference.settings",
     "Glossary": "kmt.inference.glossary",
     "Transformer": "kmt.models.transformer",
@@ -33,7 +35,17 @@ _LAZY = {
     "losses": "kmt.losses",
     "schedule": "kmt.schedule",
 }
-__all__ = ["Glossary", "SearchSettings", "compose_config", "evaluate", "export", "import_marian", "load", "train"]
+__all__ = [
+    "Glossary",
+    "SearchSettings",
+    "compose_config",
+    "evaluate",
+    "export",
+    "import_marian",
+    "load",
+    "train",
+    "translate_file",
+]
 
 
 def __getattr__(name):

@@ -173,11 +173,16 @@ def _blocks(root):
 
 
 class Fragment:
-    """An HTML fragment to translate: `lines`, the plain text of each of its segments (one sentence a line to the
-    model), then `render(results)` with each line's `(translation, alignment)` gives the translated markup."""
+    """An HTML fragment (or with `document`, a whole page) to translate: `lines`, the plain text of each of its
+    segments (one sentence a line to the model), then `render(results)` with each line's `(translation,
+    alignment)` gives the translated markup."""
 
-    def __init__(self, markup):
-        self.root = lxml_html.fragment_fromstring(markup, create_parent="div")
+    def __init__(self, markup, document=False):
+        self.document = document  # a whole page (<html>, <head>, <body>), else a fragment
+        if document:
+            self.root = lxml_html.document_fromstring(markup)
+        else:
+            self.root = lxml_html.fragment_fromstring(markup, create_parent="div")
         self.plans = [(block, _segments(block)) for block in _blocks(self.root)]
         segments = [part.text for _, parts in self.plans for kind, part in parts if kind == "segment"]
         self._all = [" ".join(text.split()) for text in segments]
@@ -212,6 +217,9 @@ class Fragment:
                     html_lib.escape(trail, quote=False),
                 ]
             _replace_content(block, "".join(rebuilt))
+        if self.document:
+            doctype = self.root.getroottree().docinfo.doctype or None
+            return lxml_html.tostring(self.root, encoding="unicode", method="html", doctype=doctype)
         return _inner(self.root)
 
 

@@ -25,6 +25,7 @@ SCRIPTS = [
     "constraints",
     "corpus_scale",
     "decode_speed",
+    "documents",
     "decode_sweep",
     "distribute_scaling",
     "layer_complexity",

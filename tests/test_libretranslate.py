@@ -2,7 +2,9 @@
 (libretranslatepy) and LibreTranslate's documented calls against a real server."""
 
 import json
+import subprocess
 import urllib.parse
+import urllib.request
 
 import pytest
 from lxml import html as lxml_html
@@ -106,6 +108,37 @@ def test_libretranslates_client_and_documented_calls_get_libretranslates_answers
         assert [p.text_content().replace("keep", "").strip() for p in paragraphs] == expected
         assert paragraphs[1].get("class") == "x" and paragraphs[1].find("code").text == "keep"
         assert len(paragraphs[1].findall("b")) == 1  # every tag once, wherever its words went
+        # A file, as LibreTranslate's documentation uploads it with curl, then downloaded from the URL answered
+        subtitles = (
+            "1\n00:00:01,000 --> 00:00:02,500\n5 May 1999\n\n2\n00:00:03,000 --> 00:00:04,000\nJuly 4,\n2021\n\n"
+        )
+        (tmp_path / "film.srt").write_text(subtitles)
+        (tmp_path / "empty.txt").write_text("\n")
+        (tmp_path / "scan.pdf").write_bytes(b"%PDF-1.4")
+
+        def upload(name, *fields):
+            form = [arg for field in ("source=en", "target=de", "api_key=k1", *fields) for arg in ("-F", field)]
+            command = [
+                "curl",
+                "-s",
+                "-X",
+                "POST",
+                "-F",
+                f"file=@{tmp_path / name}",
+                *form,
+                running.url + "/translate_file",
+            ]
+            return json.loads(subprocess.run(command, capture_output=True, text=True, timeout=120, check=True).stdout)
+
+        url = upload("film.srt")["translatedFileUrl"]
+        assert url.startswith(running.url + "/download_file/") and url.endswith(".film.srt")
+        with urllib.request.urlopen(url, timeout=60) as response:
+            assert 'filename="film.srt"' in response.headers["content-disposition"]
+            translated = response.read().decode()
+        assert translated == subtitles.replace("5 May 1999", expected[0]).replace("July 4,\n2021", expected[1])
+        assert upload("empty.txt") == {"error": "Invalid request: empty file"}
+        assert upload("scan.pdf") == {"error": "Invalid request: file format not supported"}
+        assert running.get("/download_file/..%2Fkeys")[0] in (400, 404)
         status, _, settings = running.get("/frontend/settings")
         assert settings["keyRequired"] and settings["language"]["target"] == {"code": "de", "name": "German"}
 
@@ -173,7 +206,8 @@ def test_kmt_serve_names_each_model_by_its_pair_or_its_run(smoke_run, capsys):
         ),
         (
             ["--model", str(export)],
-            f"error: --model is SOURCE-TARGET=EXPORT_DIR, such as en-de=runs/en_de/export. Received: {export}",
+            "error: --model is SOURCE-TARGET=EXPORT_DIR, such as en-de=runs/multi30k_en_de/<time>/export. "
+            f"Received: {export}",
         ),
         (["--model", f"en-de={export}", "--model", f"en-de={export}"], f"error: --model en-de={export}: en-de is "
          "served once"),

@@ -22,7 +22,7 @@ connections, answers every request already received, then exits 0. docs/serving.
 Examples:
     kmt-serve runs/dates/<time>/export
     kmt-serve runs/multi30k/<time>/export --host 0.0.0.0 --port 8080 --max-batch-size 64 --batch-timeout-ms 10
-    kmt-serve --model en-de=runs/en_de/<time>/export --model de-en=runs/de_en/<time>/ctranslate2
+    kmt-serve --model en-de=runs/multi30k_en_de/<time>/export --model de-en=runs/multi30k_de_en/<time>/ctranslate2
 """
 
 import argparse
@@ -100,8 +100,8 @@ def parse_args(argv=None):
         metavar="SOURCE-TARGET=EXPORT_DIR",
         action="append",
         dest="models",
-        help="serve EXPORT_DIR for a language pair, such as en-de=runs/en_de/<time>/export; repeat it for several "
-        "models, each at /v1/models/SOURCE-TARGET and on LibreTranslate's routes (in place of EXPORT_DIR)",
+        help="serve EXPORT_DIR for a language pair, such as en-de=runs/multi30k_en_de/<time>/export; repeat it for "
+        "several models, each at /v1/models/SOURCE-TARGET and on LibreTranslate's routes (in place of EXPORT_DIR)",
     )
     parser.add_argument(
         "--languages",
@@ -122,12 +122,18 @@ def parse_args(argv=None):
         "429 (default: 0, no limit)",
     )
     parser.add_argument(
+        "--max-file-bytes",
+        type=int,
+        default=10_000_000,
+        help="the largest file LibreTranslate's /translate_file takes (default: 10000000)",
+    )
+    parser.add_argument(
         "--no-batching",
         action="store_true",
         help="decode each request alone, as it arrives (for comparison: bench/serve_load.py)",
     )
     args = parser.parse_args(argv)
-    for name in ("max_batch_size", "max_queue", "max_sentences", "max_chars"):
+    for name in ("max_batch_size", "max_queue", "max_sentences", "max_chars", "max_file_bytes"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive. Received: {getattr(args, name)}")
     for name in ("batch_timeout_ms", "request_timeout_s", "req_limit"):
@@ -156,7 +162,10 @@ def served_models(args):
     for given in args.models or []:
         name, equals, path = given.partition("=")
         if not equals or not path:
-            raise KmtError(f"--model is SOURCE-TARGET=EXPORT_DIR, such as en-de=runs/en_de/export. Received: {given}")
+            raise KmtError(
+                "--model is SOURCE-TARGET=EXPORT_DIR, such as en-de=runs/multi30k_en_de/<time>/export. "
+                f"Received: {given}"
+            )
         try:
             pair = Pair.parse(name)
         except ValueError as error:
@@ -213,6 +222,7 @@ def main(argv=None):
         glossary=glossary,
         api_keys=api_keys,
         req_limit=args.req_limit,
+        max_file_bytes=args.max_file_bytes,
     )
     failed = []
 

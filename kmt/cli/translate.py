@@ -28,6 +28,7 @@ Examples:
     kmt-translate runs/multi30k/<time>/export --input test.en --prefixes starts.de --alignments
     printf 'A man is sleeping.\tMann\tschläft\n' | kmt-translate runs/multi30k/<time>/export --constraints -
     kmt-translate runs/multi30k/<time>/export --glossary terms.tsv < test.en
+    kmt-translate runs/multi30k/<time>/export page.html --output page.de.html
 """
 
 import argparse
@@ -59,6 +60,14 @@ def parse_args(argv=None):
         help="a SavedModel written by kmt-train or kmt-export (a run's export/), a "
         "CTranslate2 directory (kmt-export RUN_DIR --format ctranslate2) or a run "
         "directory",
+    )
+    parser.add_argument(
+        "file",
+        nargs="?",
+        metavar="FILE",
+        help="a document to translate whole into --output, its layout kept: .txt (sentences split, lines kept), "
+        ".html/.htm/.xhtml (markup kept), .srt (timings kept), .docx (formatting kept), .po/.pot/.xliff/.xlf "
+        "(untranslated units filled, marked fuzzy); without it, one sentence a line from --input",
     )
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default: 64)")
     parser.add_argument(
@@ -152,10 +161,44 @@ def read_lines(stream):
         yield raw.decode("utf-8", errors="replace").removesuffix("\n").removesuffix("\r")
 
 
+def translate_document(args):
+    """`kmt-translate EXPORT_DIR FILE --output OUT`: the whole file, by its extension (`kmt.documents`)."""
+    line_flags = [f"--{name}" for name in ("input", "prefixes", "constraints", "nbest", "scores", "alignments")]
+    given = [flag for flag in line_flags if getattr(args, flag[2:]) not in (None, False, "-")]
+    if given:
+        fail(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for one sentence a line, not for FILE")
+    if args.output == "-":
+        fail("FILE is translated into a file of its format: give --output")
+    with exit_on_user_error():
+        from kmt.documents import document_of, translate_file
+        from kmt.serving.libretranslate import pair_of_run
+
+        document_of(args.file)  # its format and text, checked before the model loads
+        translator = load_translator(
+            args.export_dir,
+            batch_size=args.batch_size,
+            device=args.device,
+            compute_type=args.compute_type,
+            threads=args.threads,
+        )
+        pair = pair_of_run(args.export_dir)
+        count = translate_file(
+            translator,
+            args.file,
+            args.output,
+            language=pair.source if pair else "en",
+            glossary=None if args.glossary is None else Glossary.load(args.glossary),
+            progress=True if args.verbose else None,
+        )
+    print(f"translated {count} sentences of {args.file} into {args.output}", file=sys.stderr)
+
+
 @console_script
 def main(argv=None):
     args = parse_args(argv)
     setup_logging(args.verbose)
+    if args.file is not None:
+        return translate_document(args)
     if (
         "-" not in (args.input, args.output)
         and os.path.exists(args.output)

@@ -9,8 +9,8 @@ Routes (`protocol.py` has the bodies), MODEL being `NAME`, `NAME/versions/1` or 
   term, target term], ...]` (or the server's `--glossary`), each sentence's translation holds the target term of every
   source term found in it (`translate_constrained`, or the terms inline for a model trained with them);
 - `GET /healthz` (the process answers), `GET /readyz` (the model is loaded and warmed), `GET /metrics`;
-- LibreTranslate's `POST /translate` (a body with `q`), `GET /languages`, `POST /detect`, `GET /frontend/settings`
-  (`kmt.serving.libretranslate`).
+- LibreTranslate's `POST /translate` (a body with `q`), `GET /languages`, `POST /detect`, `GET /frontend/settings`,
+  `POST /translate_file` and `GET /download_file/NAME` (`kmt.serving.libretranslate`).
 
 The server serves one version, `1`, which every label names. The server listens at once and loads the model on a
 thread, so `/healthz` answers while it loads; the model routes answer 503 until `/readyz` does. Every error is
@@ -26,7 +26,9 @@ import contextlib
 import dataclasses
 import logging
 import re
+import tempfile
 import time
+from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -78,6 +80,7 @@ class Settings:
     pair: object = None  # an export path's kmt.serving.libretranslate.Pair, for LibreTranslate's routes
     api_keys: frozenset | None = None  # LibreTranslate's routes need one of these as api_key; None: no key
     req_limit: int = 0  # LibreTranslate requests a client (its key, else its address) may make a minute; 0: any
+    max_file_bytes: int = 10_000_000  # the largest upload /translate_file takes
 
     @property
     def max_body_bytes(self):
@@ -110,7 +113,11 @@ def create_app(models, settings, on_load_failure=lambda: None):
     @contextlib.asynccontextmanager
     async def lifespan(app):
         loading = asyncio.create_task(_load_all(state, on_load_failure))
-        yield
+        with tempfile.TemporaryDirectory(
+            prefix="kmt-serve-files-"
+        ) as files:  # /translate_file's, for the server's life
+            state.libre.files = Path(files)
+            yield
         await loading
         for served in state.served.values():
             if served.queue is not None:
@@ -122,6 +129,8 @@ def create_app(models, settings, on_load_failure=lambda: None):
         Route("/languages", state.libre.languages, methods=["GET"]),
         Route("/detect", state.libre.detect, methods=["POST"]),
         Route("/frontend/settings", state.libre.frontend_settings, methods=["GET"]),
+        Route("/translate_file", state.libre.translate_file, methods=["POST"]),
+        Route("/download_file/{filename}", state.libre.download_file, methods=["GET"], name="download_file"),
         Route("/healthz", lambda request: JSONResponse({"status": "ok"}), methods=["GET"]),
         Route("/readyz", state.readyz, methods=["GET"]),
         Route("/metrics", state.metrics_text, methods=["GET"]),
@@ -422,4 +431,6 @@ def _route(path):
     if path.startswith("/v1/models/"):
         return "/v1/models/:predict" if path.endswith(":predict") else "/v1/models/"
     known = ("/translate", "/healthz", "/readyz", "/metrics", "/languages", "/detect", "/frontend/settings")
-    return path if path in known else "other"
+    if path.startswith("/download_file/"):
+        return "/download_file/"
+    return path if path in (*known, "/translate_file") else "other"

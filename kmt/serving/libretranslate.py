@@ -4,8 +4,8 @@ Discourse, libretranslatepy, ...) translate with a kmt model unchanged.
 - `POST /translate`: `q` (a string or a list of strings), `source` (a code, or `auto`), `target`, `format` (`text`),
   `alternatives` (how many other translations), `api_key`; a JSON or form body. The answer is
   `{"translatedText": ...}`, a string or a list as `q` was, with `"alternatives"` when asked and, for `source=auto`,
-  `"detectedLanguage": {"confidence": 0-100, "language": code}` (a list of them for a list `q`). Each line of a text
-  is translated on its own; empty lines stay empty.
+  `"detectedLanguage": {"confidence": 0-100, "language": code}` (a list of them for a list `q`). Each sentence of
+  each line (pysbd's split) is translated on its own; empty lines stay empty.
 - `GET /languages`: `[{"code", "name", "targets"}]`, the languages the server translates from.
 - `POST /detect`: `q` -> `[{"confidence", "language"}]`, by py3langid (Lui & Baldwin's langid.py), restricted to the
   languages the server knows.
@@ -15,15 +15,23 @@ Errors are `{"error": "..."}`, as LibreTranslate's: 400 for a bad request, 403 f
 A `/translate` body with `q` is LibreTranslate's; one with `text` is kmt's own (`kmt.serving.app`).
 """
 
+import asyncio
 import collections
 import json
 import time
 import unicodedata
 import urllib.parse
+import uuid
 from dataclasses import dataclass
+from pathlib import PurePath
 
-from starlette.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.responses import FileResponse, JSONResponse
 
+from kmt.documents import FORMATS as FORMATS_OF_FILES
+from kmt.documents import Sentences
+from kmt.errors import KmtError
+from kmt.run_dir import write_atomically
 from kmt.serving.protocol import RequestError
 
 # ISO 639-1 codes and the English names LibreTranslate gives them; a code not here is named by itself.
@@ -198,6 +206,7 @@ class LibreTranslate:
         self.codes = sorted({code for pair in self.by_pair for code in (pair.source, pair.target)})
         self.detector = Detector(self.codes)
         self._calls = collections.defaultdict(collections.deque)  # client -> times of its requests this minute
+        self.files = None  # where /translate_file writes, a temporary directory for the server's life
 
     @property
     def pairs(self):
@@ -259,9 +268,11 @@ class LibreTranslate:
                 f"{name_of(target)} ({target}) is not available as a target language from {name_of(source)} ({source})",
             )
         if form == "html":
-            best, alternatives = await self._html(request, served, texts_), [[] for _ in texts_]
+            best, alternatives = await self._html(request, served, texts_, source), [[] for _ in texts_]
             return self._answer(best, alternatives if count else None, detected, many)
         lines, spans = lines_of(texts_)
+        split = Sentences(lines, source, aligned=False)  # a model translates a sentence at a time
+        lines = split.sentences
         if glossary is not None:
             signature, inputs = self.state._glossed(served, glossary, lines)
         else:
@@ -271,11 +282,13 @@ class LibreTranslate:
         outputs = await self.state._run(request, served, signature, inputs)
         if count:
             beams = outputs["translations"]
-            best = joined([beam[0] for beam in beams], spans)
-            others = [joined([beam[min(k, len(beam) - 1)] for beam in beams], spans) for k in range(1, count + 1)]
+            best = joined(split.join([beam[0] for beam in beams]), spans)
+            others = [
+                joined(split.join([beam[min(k, len(beam) - 1)] for beam in beams]), spans) for k in range(1, count + 1)
+            ]
             alternatives = [list(dict.fromkeys(o[i] for o in others if o[i] != best[i])) for i in range(len(best))]
         else:
-            best = joined(outputs["translation"], spans)
+            best = joined(split.join(outputs["translation"]), spans)
         return self._answer(best, alternatives if count else None, detected, many)
 
     def _answer(self, best, alternatives, detected, many):
@@ -287,7 +300,7 @@ class LibreTranslate:
             answer["detectedLanguage"] = [language] * len(best) if many else language
         return JSONResponse(answer)
 
-    async def _html(self, request, served, texts_):
+    async def _html(self, request, served, texts_, language):
         """Each HTML text translated with its markup kept (`kmt.markup`): its segments through `translate_align`,
         the tags put back around the aligned words (no glossary: its constraints or inline terms would move the
         words the alignments count)."""
@@ -297,11 +310,11 @@ class LibreTranslate:
         if "translate_align" not in served.model.signatures:
             raise RequestError(400, "html format needs word alignments, and this model gives none (not a Transformer)")
         fragments = [Fragment(text) for text in texts_]
-        lines = [line for fragment in fragments for line in fragment.lines]
+        split = Sentences([line for fragment in fragments for line in fragment.lines], language)
         outputs = {"translation": [], "alignment": []}
-        if lines:
-            outputs = await self.state._run(request, served, "translate_align", {"text": lines})
-        results = iter(zip(outputs["translation"], map(parse_pharaoh, outputs["alignment"])))
+        if split.sentences:
+            outputs = await self.state._run(request, served, "translate_align", {"text": split.sentences})
+        results = iter(split.join(zip(outputs["translation"], map(parse_pharaoh, outputs["alignment"]))))
         return [fragment.render([next(results) for _ in fragment.lines]) for fragment in fragments]
 
     async def detect(self, request):
@@ -321,6 +334,83 @@ class LibreTranslate:
             [{"code": code, "name": name_of(code), "targets": sorted(codes)} for code, codes in targets.items()]
         )
 
+    async def translate_file(self, request):
+        """`POST /translate_file`: a multipart upload (`file`, `source`, `target`, `api_key`) of a `kmt.documents`
+        format, translated with its layout kept; the answer names where to download it."""
+        from kmt.documents import document_from
+
+        settings = self.state.settings
+        try:
+            async with asyncio.timeout(settings.request_timeout_s):
+                form = await request.form(max_files=1, max_fields=16, max_part_size=settings.max_file_bytes)
+        except TimeoutError:
+            raise RequestError(
+                408, f"the upload did not arrive within --request-timeout-s {settings.request_timeout_s:g}"
+            ) from None
+        except (HTTPException, AssertionError) as error:
+            detail = getattr(error, "detail", None) or str(error)
+            raise RequestError(400, f"Invalid request: {detail}") from None
+        params = {key: value for key, value in form.items() if isinstance(value, str)}
+        upload = form.get("file")
+        if upload is None or isinstance(upload, str):
+            raise RequestError(400, "Invalid request: missing file parameter")
+        source, target = (str(required(params, name)).lower() for name in ("source", "target"))
+        self._admit(request, params)
+        self.pairs  # noqa: B018
+        content = await upload.read()
+        if len(content) > settings.max_file_bytes:
+            raise RequestError(413, f"the file is over {settings.max_file_bytes} bytes, --max-file-bytes")
+        if not content.strip():
+            raise RequestError(400, "Invalid request: empty file")
+        suffix = PurePath(upload.filename or "").suffix.lower()
+        if suffix not in FORMATS_OF_FILES:
+            raise RequestError(400, "Invalid request: file format not supported")
+        if source == "auto":
+            source = self.detector(content[:4000].decode("utf-8", "replace"))[0]
+        for code in (source, target):
+            if code not in self.codes:
+                raise RequestError(400, f"{code} is not supported")
+        served = self.by_pair.get(Pair(source, target))
+        if served is None:
+            raise RequestError(
+                400,
+                f"{name_of(target)} ({target}) is not available as a target language from {name_of(source)} ({source})",
+            )
+        self.state._ready_model(served)
+        try:
+            document = document_from(content, suffix, source, name=upload.filename)
+        except KmtError as error:
+            raise RequestError(400, f"Invalid request: {error}") from None
+        translations = await self._sentences(request, served, document.sentences, document.alignments)
+        name = f"{uuid.uuid4().hex}.{PurePath(upload.filename).name}"
+        write_atomically(self.files / name, document.render(translations))
+        return JSONResponse({"translatedFileUrl": str(request.url_for("download_file", filename=name))})
+
+    async def _sentences(self, request, served, sentences, alignments):
+        """The translations of `sentences` (with their alignments), --max-sentences at a time through the queue."""
+        from kmt.inference.alignments import parse_pharaoh
+
+        signature = "translate_align" if alignments else "translate"
+        if alignments and signature not in served.model.signatures:
+            raise RequestError(400, "html needs word alignments, and this model gives none (not a Transformer)")
+        step, results = self.state.settings.max_sentences, []
+        for start in range(0, len(sentences), step):
+            outputs = await self.state._run(request, served, signature, {"text": sentences[start : start + step]})
+            if alignments:
+                results += zip(outputs["translation"], map(parse_pharaoh, outputs["alignment"]))
+            else:
+                results += outputs["translation"]
+        return results
+
+    async def download_file(self, request):
+        name = request.path_params["filename"]
+        if "/" in name or name.startswith(".") or "\\" in name:
+            raise RequestError(400, "Invalid filename")
+        path = self.files / name
+        if not path.is_file():
+            raise RequestError(404, f"no translated file {name} (files last as long as the server)")
+        return FileResponse(path, filename=name.partition(".")[2])
+
     async def frontend_settings(self, request):
         settings, pair = self.state.settings, self.pairs[0]
         return JSONResponse(
@@ -330,8 +420,8 @@ class LibreTranslate:
                 "apiKeys": settings.api_keys is not None,
                 "keyRequired": settings.api_keys is not None,
                 "suggestions": False,
-                "filesTranslation": False,
-                "supportedFilesFormat": [],
+                "filesTranslation": True,
+                "supportedFilesFormat": list(FORMATS_OF_FILES),
                 "language": {
                     "source": {"code": pair.source, "name": name_of(pair.source)},
                     "target": {"code": pair.target, "name": name_of(pair.target)},
