@@ -98,9 +98,45 @@ def document_of_bytes(content, suffix):
     return document_from(content, suffix)
 
 
+MARKDOWN = """# A title
+
+Some **bold words** and a [link](https://x.org/a_b) here.
+It wraps on, with `code` inside.
+
+- item *one*
+
+```python
+x = 1
+```
+
+| Name | Value |
+|---|---|
+| big dog | red cat |
+"""
+
+
+def test_markdown_keeps_its_code_and_markers_and_its_inline_syntax_follows_its_words():
+    document = document_of_bytes(MARKDOWN.encode(), ".md")
+    assert document.sentences == [
+        "A title",
+        "Some bold words and a link here.",
+        "It wraps on, with",
+        "inside.",
+        "item one",
+        "Name",
+        "Value",
+        "big dog",
+        "red cat",
+    ]
+    assert document.render(reverse(document.sentences)) == (
+        "# TITLE A\n\nHERE. [LINK](https://x.org/a_b) A AND **WORDS BOLD** SOME WITH ON, WRAPS IT `code` INSIDE.\n\n"
+        "- *ONE* ITEM\n\n```python\nx = 1\n```\n\n| NAME | VALUE |\n|---|---|\n| DOG BIG | CAT RED |\n"
+    )
+
+
 def test_a_file_kmt_cannot_read_is_one_line(tmp_path):
     (tmp_path / "a.pdf").write_bytes(b"%PDF")
-    with pytest.raises(KmtError, match=r"a.pdf: kmt translates .txt, .html, .htm, .xhtml, .srt, .docx, .po, .pot, "):
+    with pytest.raises(KmtError, match=r"a.pdf: kmt translates .txt, .md, .html, .htm, .xhtml, .srt, .docx, .po, "):
         document_of(tmp_path / "a.pdf")
     (tmp_path / "bad.srt").write_text("1\nnot a timing\nHello\n")
     with pytest.raises(KmtError, match="^not a SubRip"):
@@ -132,6 +168,20 @@ def test_kmt_translate_writes_each_format_with_the_models_translations(smoke_run
     translate.main([str(export), str(tmp_path / "in.html"), "--output", str(tmp_path / "out.html")])
     out = (tmp_path / "out.html").read_text()
     assert out.count('<b class="x">') == 1 and "<code>keep</code>" in out and out.startswith(f"<p>{expected[0]}</p>")
+    import docx
+
+    document = docx.Document()
+    document.add_paragraph("5 May 1999").runs[0].bold = True
+    document.save(tmp_path / "in.docx")
+    (tmp_path / "in.po").write_text('msgid "5 May 1999"\nmsgstr ""\n\nmsgid "July 4, 2021"\nmsgstr "kept"\n')
+    (tmp_path / "in.md").write_text("# 5 May 1999\n\n```\nJuly 4, 2021\n```\n")
+    for name in ("in.docx", "in.po", "in.md"):
+        translate.main([str(export), str(tmp_path / name), "--output", str(tmp_path / f"out.{name[3:]}")])
+    [paragraph] = docx.Document(tmp_path / "out.docx").paragraphs
+    assert paragraph.text == expected[0] and all(run.bold for run in paragraph.runs)
+    assert f'#, fuzzy\nmsgid "5 May 1999"\nmsgstr "{expected[0]}"' in (tmp_path / "out.po").read_text()
+    assert 'msgstr "kept"' in (tmp_path / "out.po").read_text()
+    assert (tmp_path / "out.md").read_text() == f"# {expected[0]}\n\n```\nJuly 4, 2021\n```\n"
 
     assert refused(capsys, translate.main, export, tmp_path / "in.txt") == (
         2,

@@ -65,7 +65,7 @@ def parse_args(argv=None):
         "file",
         nargs="?",
         metavar="FILE",
-        help="a document to translate whole into --output, its layout kept: .txt (sentences split, lines kept), "
+        help="a document to translate whole into --output, its layout kept: .txt (sentences split, lines kept), .md, "
         ".html/.htm/.xhtml (markup kept), .srt (timings kept), .docx (formatting kept), .po/.pot/.xliff/.xlf "
         "(untranslated units filled, marked fuzzy); without it, one sentence a line from --input",
     )
