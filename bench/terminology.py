@@ -15,7 +15,8 @@ three ways through the runs' SavedModels: the plain run as it is, the plain run 
 constraints (`translate_constrained`), and the terms run with them inline (`kmt.Glossary.annotate`). Reported: term
 usage (the share of the test's terms whose target term is in the translation, whole words), sacreBLEU over every
 sentence and over those with terms, and sentences a second at `--batch-size` (medians over `--repeats`, side by
-side in a rotating order). Both runs are exported alike for it (`--beam-size`, `--length-penalty`).
+side in a rotating order). Both runs are exported alike for it (`--beam-size`, `--length-penalty`); a SavedModel
+directory given in place of a run is taken as it was exported.
 """
 
 import argparse
@@ -42,8 +43,8 @@ def parse_args(argv=None):
     glossary.add_argument("--min-share", type=float, default=0.5, help="least share of its best word (default: 0.5)")
     glossary.add_argument("--skip", type=int, default=150, help="most frequent words left out (default: 150)")
     compare = commands.add_parser("compare", help="constrained decoding against inline terms")
-    compare.add_argument("plain_run", help="a kmt-train run trained without the transform")
-    compare.add_argument("terms_run", help="a kmt-train run trained with data.terminology")
+    compare.add_argument("plain_run", help="a kmt-train run trained without the transform (or its SavedModel)")
+    compare.add_argument("terms_run", help="a kmt-train run trained with data.terminology (or its SavedModel)")
     compare.add_argument("--glossary", required=True, help="the glossary TSV")
     compare.add_argument("--source", required=True, help="test sentences")
     compare.add_argument("--target", required=True, help="their references")
@@ -125,11 +126,15 @@ def compare_command(args):
     import kmt
 
     search = {"beam_size": args.beam_size, "length_penalty": args.length_penalty}
-    with tempfile.TemporaryDirectory() as directory:  # both exported with the same search
+    with tempfile.TemporaryDirectory() as directory:  # runs exported with the same search; SavedModels as they are
+        models = []
         for name in ("plain_run", "terms_run"):
-            kmt.export(getattr(args, name), output=Path(directory) / name, search=search)
-        plain = tf.saved_model.load(str(Path(directory) / "plain_run"))
-        terms_model = tf.saved_model.load(str(Path(directory) / "terms_run"))
+            path = Path(getattr(args, name))
+            if not (path / "saved_model.pb").is_file():
+                kmt.export(path, output=Path(directory) / name, search=search)
+                path = Path(directory) / name
+            models.append(tf.saved_model.load(str(path)))
+        plain, terms_model = models
     if not hasattr(terms_model, "inline_terms"):
         raise SystemExit(f"error: {args.terms_run} was not trained with data.terminology")
     width = max(len(terms) for terms in tests) or 1

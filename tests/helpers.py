@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,12 +20,15 @@ def compose_config(*overrides):
 def shared_once(tmp_path_factory, name, build):
     """The folder `name`, built once for the whole session by `build(folder)`, also under pytest-xdist (which makes a
     session fixture once in every worker): the first worker to ask builds it under a file lock, in a folder of the
-    run that every worker sees, and marks it done last; the others wait for it, then read it."""
+    run that every worker sees, and marks it done last; the others wait for it, then read it. With $KMT_TEST_SHARED
+    set, that folder is it, so that several pytest runs share what the first built."""
     import fcntl
 
     shared = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         shared = shared.parent  # each worker's base folder lies in the run's
+    if os.environ.get("KMT_TEST_SHARED"):  # .ci/run: one folder for its default and e2e tiers, built by the first
+        shared = Path(os.environ["KMT_TEST_SHARED"])
     folder, done = shared / name, shared / f"{name}.done"
     with open(shared / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

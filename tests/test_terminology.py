@@ -147,7 +147,7 @@ def test_kmt_train_with_a_glossary_annotates_its_pairs_and_every_translator_take
     finally:
         assert running.stop() == 0
 
-    # The bench: a glossary from word links, then constrained decoding against inline terms (the run as both models)
+    # The bench: a glossary from word links, then constrained decoding against inline terms (the export as both)
     (tmp_path / "tgt.txt").write_text("5 Mai 1999\nJuli 4, 2021\n9 9 99\n")
     (tmp_path / "links").write_text("1-1\n0-0\n\n")  # May-Mai, July-Juli
     common = ["--source", source, "--target", tmp_path / "tgt.txt"]
@@ -169,14 +169,12 @@ def test_kmt_train_with_a_glossary_annotates_its_pairs_and_every_translator_take
     result = run_bench(
         "terminology",
         "compare",
-        run,
-        run,
+        run / "export",
+        run / "export",
         "--glossary",
         tmp_path / "derived.tsv",
         *common,
         "--batch-size",
-        "2",
-        "--beam-size",
         "2",
     )
     assert result.returncode == 0, result.stderr[-2000:]
