@@ -18,11 +18,36 @@ OPTIONAL = "an optional dependency"  # in the reason of every skip for a missing
 SHARED_RUNS = {"smoke_run", "prepared_smoke", "jax_run"}  # session fixtures built once for all workers
 
 
+# The longest end-to-end tests (a minute or more each on 2 cores), started first so that none is left to run alone at
+# the end of the tier.
+LONGEST = (
+    "test_the_jax_bench_trains_under_jax",
+    "test_mirrored_on_two_devices_runs_the_whole_command",
+    "test_two_workers_train_one_model",
+    "test_kmt_train_with_a_glossary_annotates",
+    "test_an_imported_model_fine_tunes",
+    "test_the_pages_commands_run_as_written",
+    "test_the_multi30k_bench_finishes",
+    "test_a_jax_run_resumed_after_an_epoch",
+    "test_kmt_train_model_lstm_trains",
+    "test_the_opus_mt_bench_imports",
+    "test_the_steering_benches",
+    "test_an_ensemble_export_decodes",
+)
+
+
 def pytest_collection_modifyitems(config, items):
-    """The end-to-end tests first, then those that read a shared run, then the rest, each in their order: the long
-    runs start early, and pytest-xdist's worksteal, which deals each worker a contiguous share to begin with, has the
-    first worker build the shared runs while the others start on tests that need none."""
-    items.sort(key=lambda item: (item.get_closest_marker("e2e") is None, not SHARED_RUNS & set(item.fixturenames)))
+    """The end-to-end tests first, the longest of them (`LONGEST`) ahead, then those that read a shared run, then the
+    rest, each in their order: the long runs start early, and pytest-xdist's worksteal, which deals each worker a
+    contiguous share to begin with, has the first worker build the shared runs while the others start on tests that
+    need none."""
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("e2e") is None,
+            not item.name.startswith(LONGEST),
+            not SHARED_RUNS & set(item.fixturenames),
+        )
+    )
 
 
 def _fail_optional_skips(report):
