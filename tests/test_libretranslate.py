@@ -9,22 +9,24 @@ import urllib.request
 import pytest
 from lxml import html as lxml_html
 
-from kmt.serving.libretranslate import Detector, Pair, is_libretranslate, joined, lines_of, parse_form_or_json, texts
+from kmt.serving.libretranslate import Detector, Pair, joined, lines_of, parse_form_or_json, parse_translate_body, texts
 from kmt.serving.protocol import RequestError
 
 
 def test_a_body_with_q_is_libretranslates_as_json_or_as_a_form():
     form = urllib.parse.urlencode({"q": "A dog.\r\nA cat.", "source": "en", "target": "de"}).encode()
-    assert is_libretranslate(form, "application/x-www-form-urlencoded")
-    assert parse_form_or_json(form, "application/x-www-form-urlencoded") == {
-        "q": "A dog.\nA cat.",
-        "source": "en",
-        "target": "de",
-    }
+    assert parse_translate_body(form, "application/x-www-form-urlencoded") == (
+        {"q": "A dog.\nA cat.", "source": "en", "target": "de"},
+        True,
+    )
     body = json.dumps({"q": ["a", "b"], "source": "auto", "target": "de"}).encode()
-    assert is_libretranslate(body, "application/json") and is_libretranslate(body, "application/x-www-form-urlencoded")
-    assert parse_form_or_json(body, "")["q"] == ["a", "b"]
-    assert not is_libretranslate(b'{"text": ["a"]}', "application/x-www-form-urlencoded")  # kmt's own, as curl sends it
+    for content_type in ("application/json", "application/x-www-form-urlencoded", ""):
+        assert parse_translate_body(body, content_type) == ({"q": ["a", "b"], "source": "auto", "target": "de"}, True)
+    # kmt's own, as curl sends it
+    assert parse_translate_body(b'{"text": ["a"]}', "application/x-www-form-urlencoded") == ({"text": ["a"]}, False)
+    for bad in (b"text=a", b"[1]", b"\xff"):
+        with pytest.raises(RequestError, match="^malformed JSON|must be a JSON object"):
+            parse_translate_body(bad, "application/x-www-form-urlencoded")
     with pytest.raises(RequestError, match="^Invalid JSON format$"):
         parse_form_or_json(b"[1]", "application/json")
 

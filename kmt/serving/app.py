@@ -205,9 +205,10 @@ class _State:
 
     async def translate(self, request):
         body, content_type = await self._body(request), request.headers.get("content-type", "")
-        if lt.is_libretranslate(body, content_type):
-            return await self.libre.translate(request, lt.parse_form_or_json(body, content_type))
-        text, terms, name = parse_translate(parse_json(body))
+        value, libretranslate = lt.parse_translate_body(body, content_type)
+        if libretranslate:
+            return await self.libre.translate(request, value)
+        text, terms, name = parse_translate(value)
         served = self.default if name is None else self._named(name)
         self._ready_model(served)
         glossary = self.settings.glossary if terms is None else Glossary(terms)

@@ -32,7 +32,7 @@ from kmt.documents import FORMATS as FORMATS_OF_FILES
 from kmt.documents import Sentences
 from kmt.errors import KmtError
 from kmt.run_dir import write_atomically
-from kmt.serving.protocol import RequestError
+from kmt.serving.protocol import RequestError, parse_json
 
 # ISO 639-1 codes and the English names LibreTranslate gives them; a code not here is named by itself.
 NAMES = {
@@ -107,12 +107,7 @@ def parse_form_or_json(body, content_type):
     """A LibreTranslate request's parameters: a JSON object (`is_json`), else an `application/x-www-form-urlencoded`
     body (its first value of each field; line endings as `\n`)."""
     if not is_json(body, content_type):
-        try:
-            fields = urllib.parse.parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
-        except UnicodeDecodeError:
-            raise RequestError(400, "Invalid request: the form is not UTF-8") from None
-        # LibreTranslate reads a form's first value of each field
-        return {key: values[0].replace("\r\n", "\n") for key, values in fields.items()}
+        return _form(body)
     try:
         value = json.loads(body) if body.strip() else {}
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
@@ -122,24 +117,35 @@ def parse_form_or_json(body, content_type):
     return value
 
 
+def parse_translate_body(body, content_type):
+    """A `/translate` body, parsed once: `(parameters, True)` for LibreTranslate's (a JSON object or a form with its
+    fields, `q`, `source`, ...), `(object, False)` for kmt's own (a JSON object with `text`); anything else gets
+    kmt's errors (`parse_json`'s)."""
+    if is_json(body, content_type):
+        value = parse_json(body)
+        return value, "text" not in value and bool(set(value) & FIELDS)
+    try:
+        fields = _form(body)
+    except RequestError:
+        fields = {}
+    if set(fields) & FIELDS:
+        return fields, True
+    return parse_json(body), False  # not JSON: kmt's 400
+
+
+def _form(body):
+    try:
+        fields = urllib.parse.parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
+    except UnicodeDecodeError:
+        raise RequestError(400, "Invalid request: the form is not UTF-8") from None
+    # LibreTranslate reads a form's first value of each field
+    return {key: values[0].replace("\r\n", "\n") for key, values in fields.items()}
+
+
 def is_json(body, content_type):
     """Whether a body is JSON: so typed, or an object whatever its type says (curl's `-d '{...}'` is typed as a
     form)."""
     return "json" in content_type.split(";")[0].lower() or body.lstrip()[:1] == b"{"
-
-
-def is_libretranslate(body, content_type):
-    """Whether a `/translate` body is LibreTranslate's, a JSON object or a form with its fields (`q`, `source`,
-    ...), rather than kmt's own (`text`; anything else gets kmt's errors)."""
-    try:
-        if is_json(body, content_type):
-            fields = json.loads(body)
-            fields = set(fields) if isinstance(fields, dict) and "text" not in fields else set()
-        else:
-            fields = set(urllib.parse.parse_qs(body.decode("utf-8"), keep_blank_values=True))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        return False
-    return bool(fields & FIELDS)
 
 
 def required(params, name):
