@@ -300,6 +300,21 @@ class RunDir:
         )
 
 
+def languages_of_run(path):
+    """`(source, target)`, the language codes of the kmt-train run holding `path` (a run directory, or its export/ or
+    ctranslate2 directory), its `data.source_lang` and `data.target_lang`; None where `path` is in no run or the run
+    names no languages."""
+    from omegaconf import OmegaConf
+
+    path = Path(path).resolve()
+    for directory in (path, path.parent):
+        if (directory / "config.yaml").is_file():
+            data = OmegaConf.load(directory / "config.yaml").get("data", {})
+            if data.get("source_lang") and data.get("target_lang"):
+                return str(data.source_lang), str(data.target_lang)
+    return None
+
+
 def read_json(path, way_out):
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))

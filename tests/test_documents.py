@@ -175,13 +175,26 @@ def test_kmt_translate_writes_each_format_with_the_models_translations(smoke_run
     document.save(tmp_path / "in.docx")
     (tmp_path / "in.po").write_text('msgid "5 May 1999"\nmsgstr ""\n\nmsgid "July 4, 2021"\nmsgstr "kept"\n')
     (tmp_path / "in.md").write_text("# 5 May 1999\n\n```\nJuly 4, 2021\n```\n")
-    for name in ("in.docx", "in.po", "in.md"):
+    (tmp_path / "in.xlf").write_text(
+        '<?xml version="1.0" encoding="UTF-8"?><xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2">'
+        '<file original="x" source-language="en" datatype="plaintext"><body>'
+        '<trans-unit id="1"><source>July 4, 2021</source></trans-unit></body></file></xliff>'
+    )
+    for name in ("in.docx", "in.po", "in.md", "in.xlf"):
         translate.main([str(export), str(tmp_path / name), "--output", str(tmp_path / f"out.{name[3:]}")])
     [paragraph] = docx.Document(tmp_path / "out.docx").paragraphs
     assert paragraph.text == expected[0] and all(run.bold for run in paragraph.runs)
     assert f'#, fuzzy\nmsgid "5 May 1999"\nmsgstr "{expected[0]}"' in (tmp_path / "out.po").read_text()
     assert 'msgstr "kept"' in (tmp_path / "out.po").read_text()
     assert (tmp_path / "out.md").read_text() == f"# {expected[0]}\n\n```\nJuly 4, 2021\n```\n"
+    from translate.storage import xliff
+
+    [unit] = xliff.xlifffile.parsefile(str(tmp_path / "out.xlf")).units
+    assert unit.target == expected[1] and unit.isfuzzy()
+    import kmt  # the same through Python
+
+    assert kmt.translate_file(kmt.load(export), tmp_path / "in.srt", tmp_path / "again.srt") == 2
+    assert (tmp_path / "again.srt").read_text() == (tmp_path / "out.srt").read_text()
 
     assert refused(capsys, translate.main, export, tmp_path / "in.txt") == (
         2,
@@ -190,6 +203,10 @@ def test_kmt_translate_writes_each_format_with_the_models_translations(smoke_run
     assert refused(capsys, translate.main, export, tmp_path / "in.txt", "--nbest", "2", "--output", "x.txt") == (
         2,
         "error: --nbest is for one sentence a line, not for FILE",
+    )
+    assert refused(capsys, translate.main, export, tmp_path / "in.txt", "--output", tmp_path / "in.txt") == (
+        2,
+        f"error: {tmp_path / 'in.txt'} is the file translated: write elsewhere",
     )
     (tmp_path / "in.doc").write_text("x")
     status, line = refused(capsys, translate.main, export, tmp_path / "in.doc", "--output", tmp_path / "o.doc")

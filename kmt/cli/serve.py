@@ -154,8 +154,9 @@ def parse_args(argv=None):
 def served_models(args):
     """The `Served` models of the command line: each --model, or EXPORT_DIR as --model-name with its `Pair`
     (--languages, else its run's; None where neither says). Each path is checked."""
+    from kmt.run_dir import languages_of_run
     from kmt.serving.app import Served
-    from kmt.serving.libretranslate import Pair, pair_of_run
+    from kmt.serving.libretranslate import Pair
     from kmt.serving.model import check_model_path
 
     served = []
@@ -178,7 +179,11 @@ def served_models(args):
         return served
     check_model_path(args.export_dir)
     try:
-        pair = pair_of_run(args.export_dir) if args.languages is None else Pair.parse(args.languages)
+        if args.languages is not None:
+            pair = Pair.parse(args.languages)
+        else:
+            languages = languages_of_run(args.export_dir)
+            pair = Pair(*languages) if languages else None
     except ValueError as error:
         raise KmtError(f"--languages: {error}") from None
     return [Served(args.model_name, args.export_dir, pair)]

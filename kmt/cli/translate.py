@@ -161,7 +161,18 @@ def read_lines(stream):
         yield raw.decode("utf-8", errors="replace").removesuffix("\n").removesuffix("\r")
 
 
-def translate_document(args):
+def load(args):
+    """The translator of EXPORT_DIR, with the command line's batch size and CTranslate2 settings."""
+    return load_translator(
+        args.export_dir,
+        batch_size=args.batch_size,
+        device=args.device,
+        compute_type=args.compute_type,
+        threads=args.threads,
+    )
+
+
+def translate_file(args):
     """`kmt-translate EXPORT_DIR FILE --output OUT`: the whole file, by its extension (`kmt.documents`)."""
     line_flags = [f"--{name}" for name in ("input", "prefixes", "constraints", "nbest", "scores", "alignments")]
     given = [flag for flag in line_flags if getattr(args, flag[2:]) not in (None, False, "-")]
@@ -170,23 +181,16 @@ def translate_document(args):
     if args.output == "-":
         fail("FILE is translated into a file of its format: give --output")
     with exit_on_user_error():
-        from kmt.documents import document_of, translate_file
-        from kmt.serving.libretranslate import pair_of_run
+        from kmt.documents import open_document, translate_document
+        from kmt.run_dir import languages_of_run
 
-        document_of(args.file)  # its format and text, checked before the model loads
-        translator = load_translator(
-            args.export_dir,
-            batch_size=args.batch_size,
-            device=args.device,
-            compute_type=args.compute_type,
-            threads=args.threads,
-        )
-        pair = pair_of_run(args.export_dir)
-        count = translate_file(
-            translator,
-            args.file,
+        languages = languages_of_run(args.export_dir)
+        # its format and text, checked before the model loads
+        document = open_document(args.file, args.output, languages[0] if languages else "en")
+        count = translate_document(
+            load(args),
+            document,
             args.output,
-            language=pair.source if pair else "en",
             glossary=None if args.glossary is None else Glossary.load(args.glossary),
             progress=True if args.verbose else None,
         )
@@ -198,7 +202,7 @@ def main(argv=None):
     args = parse_args(argv)
     setup_logging(args.verbose)
     if args.file is not None:
-        return translate_document(args)
+        return translate_file(args)
     if (
         "-" not in (args.input, args.output)
         and os.path.exists(args.output)
@@ -207,13 +211,7 @@ def main(argv=None):
     ):
         fail(f"--output {args.output} is the --input file: writing would erase lines not yet read; write elsewhere")
     with exit_on_user_error():
-        translator = load_translator(
-            args.export_dir,
-            batch_size=args.batch_size,
-            device=args.device,
-            compute_type=args.compute_type,
-            threads=args.threads,
-        )
+        translator = load(args)
         settings, overrides = None, search_overrides(args, SEARCH)
         if any(value is not None for value in overrides.values()):
             settings = (translator.settings or SearchSettings()).replace(**overrides)

@@ -65,22 +65,6 @@ class Pair:
         return f"{self.source}-{self.target}"
 
 
-def pair_of_run(path):
-    """The `Pair` of the kmt-train run holding `path` (a run directory, or its export/ or ctranslate2 directory):
-    its `data.source_lang` and `data.target_lang`; None where `path` is in no run."""
-    from pathlib import Path
-
-    from omegaconf import OmegaConf
-
-    path = Path(path).resolve()
-    for directory in (path, path.parent):
-        if (directory / "config.yaml").is_file():
-            data = OmegaConf.load(directory / "config.yaml").get("data", {})
-            if data.get("source_lang") and data.get("target_lang"):
-                return Pair(str(data.source_lang), str(data.target_lang))
-    return None
-
-
 class Detector:
     """Language identification restricted to `languages` (py3langid, loaded on first use)."""
 
