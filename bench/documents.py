@@ -81,7 +81,7 @@ def make_html(paragraphs, path):
 
 def tag_placement(fragment, results):
     """(tags whose span is exactly their words' aligned span, tags) over the fragment's segments."""
-    from kmt.markup import _spans
+    from kmt.documents.markup import _spans
 
     exact = total = 0
     segments = [part for _, parts in fragment.plans for kind, part in parts if kind == "segment" and part.text.strip()]
@@ -100,7 +100,7 @@ def tag_placement(fragment, results):
 def main(argv=None):
     import kmt
     from kmt.documents import document_of, translate_file
-    from kmt.markup import Fragment
+    from kmt.documents.markup import Fragment
 
     args = parse_args(argv)
     sentences = Path(args.source).read_text(encoding="utf-8").splitlines()

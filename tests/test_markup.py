@@ -1,12 +1,12 @@
-"""Text with markup (`kmt.markup`): the structure kept, each inline tag put back around the words aligned to the
-words it wrapped. The model here is a word-for-word stand-in whose alignment is known: upper-casing keeps the order,
+"""Text with markup (`kmt.documents.markup`): the structure kept, each inline tag put back around the words aligned to
+the words it wrapped. The model here is a word-for-word stand-in whose alignment is known: upper-casing keeps the order,
 reversing turns it around."""
 
 import collections
 
 from lxml import html as lxml_html
 
-from kmt.markup import Fragment, translate_fragment
+from kmt.documents.markup import Fragment, translate_fragment
 
 
 def upper(lines):

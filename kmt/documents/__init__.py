@@ -4,8 +4,8 @@
   lines kept;
 - `.md`: code and HTML blocks kept, each paragraph, heading, list item and table cell translated with its markers,
   emphasis and links following their aligned words;
-- `.html`, `.htm`, `.xhtml`: the markup kept (`kmt.markup`; a whole document's `<title>` and `<body>`), inline tags
-  put back around their aligned words;
+- `.html`, `.htm`, `.xhtml`: the markup kept (`kmt.documents.markup`; a whole document's `<title>` and `<body>`),
+  inline tags put back around their aligned words;
 - `.srt` (the `srt` library): each subtitle's text translated as one sentence, its number and timings kept;
 - `.docx` (python-docx): every paragraph of the body, tables, headers and footers, each run's formatting kept on the
   target words aligned to its words;
@@ -20,9 +20,12 @@ cannot take, or an extension not listed, is a `KmtError` of one line.
 import logging
 from pathlib import Path
 
-from kmt.documents.markdown import MarkdownDocument
-from kmt.documents.office import CatalogueDocument, WordDocument
-from kmt.documents.plain import HtmlDocument, Sentences, SubtitleDocument, TextDocument, splitter
+from kmt.documents.catalogues import CatalogueDocument
+from kmt.documents.html import HtmlDocument
+from kmt.documents.sentences import Sentences, splitter
+from kmt.documents.subtitles import SubtitleDocument
+from kmt.documents.text import MarkdownDocument, TextDocument
+from kmt.documents.word import WordDocument
 from kmt.errors import KmtError
 from kmt.run_dir import write_atomically
 

@@ -291,11 +291,11 @@ class LibreTranslate:
         return JSONResponse(answer)
 
     async def _html(self, request, served, texts_, language):
-        """Each HTML text translated with its markup kept (`kmt.markup`): its segments through `translate_align`,
-        the tags put back around the aligned words (no glossary: its constraints or inline terms would move the
-        words the alignments count)."""
+        """Each HTML text translated with its markup kept (`kmt.documents.markup`): its segments through
+        `translate_align`, the tags put back around the aligned words (no glossary: its constraints or inline terms
+        would move the words the alignments count)."""
+        from kmt.documents.markup import Fragment
         from kmt.inference.alignments import parse_pharaoh
-        from kmt.markup import Fragment
 
         if "translate_align" not in served.model.signatures:
             raise RequestError(400, "html format needs word alignments, and this model gives none (not a Transformer)")

@@ -1,6 +1,6 @@
-"""Word files (python-docx) and translation catalogues, PO and XLIFF (translate-toolkit): the `documents` extra."""
+"""Word files (`.docx`), through python-docx (the `documents` extra)."""
 
-from kmt.documents.plain import Sentences
+from kmt.documents.sentences import Sentences
 from kmt.errors import KmtError
 
 
@@ -14,7 +14,7 @@ class WordDocument:
     def __init__(self, content, language="en"):
         import io
 
-        docx = _optional("docx", "python-docx")
+        docx = optional("docx", "python-docx")
         try:
             self.document = docx.Document(io.BytesIO(content))
         except Exception as error:  # python-docx raises zipfile's, lxml's or its own errors for a damaged file
@@ -93,36 +93,7 @@ def _word_runs(runs):
     return owners
 
 
-class CatalogueDocument:
-    """A PO or XLIFF catalogue (translate-toolkit): each unit without a translation is filled and marked fuzzy
-    (machine translated, for a translator to review); units with one (fuzzy ones too) and the header are left
-    alone."""
-
-    alignments = False
-    binary = True
-
-    def __init__(self, content, language="en", kind="po"):
-        _optional("translate", "translate-toolkit")
-        from translate.storage import po, xliff
-
-        storage = po.pofile if kind == "po" else xliff.xlifffile
-        try:
-            self.store = storage.parsestring(content)
-        except Exception as error:  # translate-toolkit raises its parsers' own errors
-            raise KmtError(
-                f"not a {kind.upper()} file translate-toolkit can read: {' '.join(str(error).split())[:200]}"
-            ) from None
-        self.units = [unit for unit in self.store.units if not unit.isheader() and unit.source and not unit.target]
-        self.sentences = [" ".join(unit.source.split()) for unit in self.units]
-
-    def render(self, translations):
-        for unit, translation in zip(self.units, translations):
-            unit.target = translation
-            unit.markfuzzy(True)
-        return bytes(self.store)
-
-
-def _optional(module, package):
+def optional(module, package):
     try:
         return __import__(module)
     except ImportError:

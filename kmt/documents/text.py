@@ -1,21 +1,52 @@
-"""Markdown, translated through `kmt.markup` as HTML inline elements."""
+"""Plain text and Markdown (`.txt`, `.md`)."""
 
 import re
 
-from kmt.documents.plain import Sentences
+from kmt.documents.sentences import Sentences, splitter
+
+
+class TextDocument:
+    """Lines of text; each line's sentences are translated and joined with the spacing the line had."""
+
+    alignments = False
+
+    def __init__(self, text, language="en"):
+        split = splitter(language)
+        self.lines = text.split("\n")
+        self.pieces = []  # per line: [(lead, sentence, trail), ...]
+        for line in self.lines:
+            pieces = []
+            for chunk in split.segment(line) if line.strip() else []:
+                sentence = chunk.strip()
+                if sentence:
+                    lead = chunk[: len(chunk) - len(chunk.lstrip())]
+                    pieces.append((lead, sentence, chunk[len(chunk.rstrip()) :]))
+            self.pieces.append(pieces)
+        self.sentences = [sentence for pieces in self.pieces for _, sentence, _ in pieces]
+
+    def render(self, translations):
+        found, out = iter(translations), []
+        for line, pieces in zip(self.lines, self.pieces):
+            if not pieces:
+                out.append(line)
+                continue
+            lead = line[: len(line) - len(line.lstrip())]
+            text = "".join(f"{before}{next(found)}{after}" for before, _, after in pieces)
+            out.append(lead + text.strip() + line[len(line.rstrip()) :])
+        return "\n".join(out)
 
 
 class MarkdownDocument:
     """Markdown: code blocks (fenced or indented) and HTML blocks kept; each paragraph, heading, list item, quote
     and table cell translated, its line's markers (`#`, `>`, `-`, `1.`) kept; inline emphasis, links and code
-    carried across as markup is (`kmt.markup`: `**bold**`, `*italic*`, `[text](url)` follow their aligned words,
-    `` `code` ``, images and bare URLs stay as they are). A paragraph's wrapped lines come out as one line."""
+    carried across as markup is (`kmt.documents.markup`: `**bold**`, `*italic*`, `[text](url)` follow their aligned
+    words, `` `code` ``, images and bare URLs stay as they are). A paragraph's wrapped lines come out as one line."""
 
     alignments = True
     MARKER = re.compile(r"^(\s*(?:(?:#{1,6}|>|[-*+]|\d+[.)])[ \t]+)*)(.*)$")
 
     def __init__(self, text, language="en"):
-        from kmt.markup import Fragment
+        from kmt.documents.markup import Fragment
 
         self.blocks = []  # ("keep", line) or ("text", prefix, text) or ("row", cells)
         fence = None
@@ -77,7 +108,8 @@ INLINE_MARKDOWN = re.compile(
 
 
 def _markdown_to_html(text):
-    """A Markdown line's inline syntax as HTML inline elements, for `kmt.markup` (code, images, URLs untranslated)."""
+    """A Markdown line's inline syntax as HTML inline elements, for `kmt.documents.markup` (code, images, URLs
+    untranslated)."""
     import html
 
     out, last = [], 0
