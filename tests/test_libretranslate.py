@@ -73,7 +73,7 @@ def test_libretranslates_client_and_documented_calls_get_libretranslates_answers
     (tmp_path / "keys").write_text("k1\nk2\n")
     # Two models, each a language pair: the dates model twice, once with a beam, once greedy as "fr-en"
     models = [f"--model=en-de={tmp_path / 'beam'}", "--model", f"fr-en={smoke_run / 'export'}"]
-    running = Server(*models, "--api-keys", tmp_path / "keys", "--req-limit", "40")
+    running = Server(*models, "--api-keys", tmp_path / "keys", "--req-limit", "40", "--max-file-bytes", "1000")
     try:
         plain = running.post("/v1/models/en-de:predict", {"instances": ["5 May 1999", "July 4, 2021"]})[2]
         expected = [p["translation"] for p in plain["predictions"]]
@@ -140,6 +140,8 @@ def test_libretranslates_client_and_documented_calls_get_libretranslates_answers
         assert translated == subtitles.replace("5 May 1999", expected[0]).replace("July 4,\n2021", expected[1])
         assert upload("empty.txt") == {"error": "Invalid request: empty file"}
         assert upload("scan.pdf") == {"error": "Invalid request: file format not supported"}
+        (tmp_path / "long.txt").write_text("5 May 1999\n" * 100)
+        assert upload("long.txt") == {"error": "the file is over 1000 bytes, --max-file-bytes"}
         assert running.get("/download_file/..%2Fkeys")[0] in (400, 404)
         status, _, settings = running.get("/frontend/settings")
         assert settings["keyRequired"] and settings["language"]["target"] == {"code": "de", "name": "German"}

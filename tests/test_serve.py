@@ -715,11 +715,15 @@ def test_a_ctranslate2_directory_is_served_with_the_saved_models_answers(smoke_r
 
 @pytest.mark.e2e
 def test_a_run_directory_is_served_with_the_saved_models_answers(smoke_run, server, serial):
-    running = Server(smoke_run)  # `kmt-serve RUN_DIR`: the run's Keras model, searching with its decode settings
+    # `kmt-serve RUN_DIR`: the run's Keras model, searching with its decode settings; --languages names its pair
+    running = Server(smoke_run, "--languages", "fr-en")
     try:
         status, _, body = running.post("/translate", {"text": SENTENCES[:8]})
         assert status == 200, body
         assert body["translations"] == [serial[sentence][0] for sentence in SENTENCES[:8]]
+        assert running.get("/languages")[2] == [{"code": "fr", "name": "French", "targets": ["en"]}]
+        status, _, body = running.post("/translate", {"q": SENTENCES[0], "source": "fr", "target": "en"})
+        assert (status, body) == (200, {"translatedText": serial[SENTENCES[0]][0]})
         request = {
             "signature_name": "translate_constrained",
             "instances": [{"text": text, "constraints": ["19", "05"]} for text in SENTENCES[:2]],
