@@ -111,6 +111,7 @@ def test_kmt_train_with_a_glossary_annotates_its_pairs_and_every_translator_take
         "debug=smoke",
         "trainer.epochs=1",
         f"data.terminology.glossary={terms}",
+        "data.terminology.ratio=1",
         f"hydra.run.dir={run}",
     )
     assert status == 0 and (run / "export" / "saved_model.pb").is_file()
@@ -119,6 +120,9 @@ def test_kmt_train_with_a_glossary_annotates_its_pairs_and_every_translator_take
     pairs = [(text.source[i], text.target[i]) for i in text.kept]
     annotated = [(source, target) for source, target in pairs if MARKERS[0] in source]
     assert annotated and len(annotated) < len(pairs)
+    for source, target in pairs:  # ratio 1: every pair whose target uses a term's translation is annotated
+        if MARKERS[0] not in source:
+            assert not any(re.search(rf"(?<!\w){re.escape(t)}(?!\w)", target) for t in glossary.constraints(source))
     for source, target in annotated:  # each annotation's target term is in the pair's target
         for term in source.split(MARKERS[1])[1:]:
             assert term.split(MARKERS[2])[0].strip() in target
