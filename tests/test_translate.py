@@ -45,6 +45,29 @@ def test_translate_batches_by_length_and_keeps_input_order():
         recorder.translate(lines, nbest=0)
 
 
+def test_progress_is_a_bar_at_a_terminal_and_log_lines_elsewhere(monkeypatch, caplog):
+    import io
+    import logging
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    lines = ["ccc", "a", "bb", "dddd", "e"]
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    assert Recorder().translate(lines, progress=True) == [line.upper() for line in lines]
+    assert "translated: 100%" in terminal.getvalue() and "5/5" in terminal.getvalue()
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    caplog.set_level(logging.INFO, logger="kmt.inference.translate")
+    Recorder().translate(lines, progress=True)
+    assert [record.getMessage().split(" (")[0] for record in caplog.records] == [
+        "translated 2/5",
+        "translated 4/5",
+        "translated 5/5",
+    ]
+
+
 def test_score_pairs_in_input_order():
     recorder = Recorder()
     scores = recorder.score(["a b", "", "c"], ["xy", "z", ""])

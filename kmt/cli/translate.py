@@ -135,7 +135,11 @@ def parse_args(argv=None):
         "or the one around it: its model.keras and tokenizer/)",
     )
     parser.add_argument("--attention-limit", type=int, default=10, help="sentences to plot (default: 10)")
-    parser.add_argument("--verbose", action="store_true", help="log progress to stderr")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="log progress to stderr (FILE: a progress bar at a terminal, shown anyway past 300 sentences)",
+    )
     args = parser.parse_args(argv)
     for name in ("batch_size", "buffer_size", "nbest", "beam_size"):  # positive counts
         value = getattr(args, name)

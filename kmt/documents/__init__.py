@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-PROGRESS_FROM = 300  # sentences: larger files log their progress
+PROGRESS_FROM = 300  # sentences: larger files show their progress
 
 
 FORMATS = {
@@ -98,7 +98,8 @@ def translate_file(translator, path, output, *, language="en", glossary=None, pr
         language: the source language's ISO 639-1 code, for the sentence splitter. Defaults to `"en"`.
         glossary: a `kmt.Glossary` whose terms the translations must use (`Translator.translate`'s). Defaults to
             `None`.
-        progress: log the progress of each batch. Defaults to `None`: for files of more than 300 sentences.
+        progress: a progress bar at a terminal, else a log line a batch (`kmt.inference.translate.map_sorted`).
+            Defaults to `None`: for files of more than 300 sentences.
     """
     document = open_document(path, output, language)
     return translate_document(translator, document, output, glossary=glossary, progress=progress)

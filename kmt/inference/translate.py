@@ -3,6 +3,7 @@ of lines translated a buffer at a time (`translate_stream`)."""
 
 import itertools
 import logging
+import sys
 import time
 
 logger = logging.getLogger(__name__)
@@ -10,19 +11,34 @@ logger = logging.getLogger(__name__)
 
 def map_sorted(fn, items, batch_size=64, key=len, progress=False, verb="translated"):
     """`fn` over `items` in batches of similar `key` (a length), so little work goes to padding; returns the
-    results in input order. `fn(list of items) -> list of results`, one per item. With `progress`, logs
-    `<verb> done/total (items/s)` after each batch."""
+    results in input order. `fn(list of items) -> list of results`, one per item. With `progress`, a tqdm bar on
+    stderr at a terminal, else a log line `<verb> done/total (items/s)` after each batch."""
     order = sorted(range(len(items)), key=lambda i: key(items[i]))
     results = [None] * len(items)
+    bar = _bar(len(order), verb) if progress else None
     started = time.perf_counter()
     for start in range(0, len(order), batch_size):
         batch = order[start : start + batch_size]
         for i, result in zip(batch, fn([items[i] for i in batch])):
             results[i] = result
-        if progress:
+        if bar is not None:
+            bar.update(len(batch))
+        elif progress:
             done = min(start + batch_size, len(order))
             logger.info("%s %d/%d (%.1f/s)", verb, done, len(order), done / (time.perf_counter() - started))
+    if bar is not None:
+        bar.close()
     return results
+
+
+def _bar(total, verb):
+    """A tqdm progress bar of `total` sentences on stderr, where stderr is a terminal (None elsewhere: logs read
+    better there)."""
+    if not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=verb, unit=" sentences", file=sys.stderr, dynamic_ncols=True)
 
 
 def translate_stream(
