@@ -67,6 +67,10 @@ def test_a_tag_around_words_the_translation_drops_stays_empty_where_its_neighbou
         return [("A C", ((0, 0), (2, 1))) for _ in lines]
 
     assert translate_fragment("<p>a <b>b</b> c</p>", drop_middle) == "<p>A<b></b> C</p>"
+    # an empty element (a placeholder) goes after the target words of the source words before it
+    assert translate_fragment('<p>a b<span id="1"></span> c</p>', upper) == '<p>A B<span id="1"></span> C</p>'
+    assert translate_fragment('<p>a b<span id="1"></span> c</p>', reverse) == '<p>C B<span id="1"></span> A</p>'
+    assert translate_fragment('<p>a <span id="1"></span> b</p>', upper) == '<p>A <span id="1"></span> B</p>'
     fragment = Fragment("<p>one</p><p> </p><p>two <i>three</i></p>")
     assert fragment.lines == ["one", "two three"]
     assert fragment.render(upper(fragment.lines)) == "<p>ONE</p><p> </p><p>TWO <i>THREE</i></p>"

@@ -6,10 +6,10 @@ elements such as `<b>`, `<a href>`, `<span>`) is one segment, translated as plai
 inline element is put back around the target words aligned to the source words it wrapped (Bergamot's approach;
 the span from the first to the last such word, kept inside its parent's span and after its earlier siblings), so
 every source element appears exactly once, properly nested, with its attributes. An element wrapping no aligned
-word is kept, empty, where its neighbour's words went. Untranslatable content stays as it is: `<code>`, `<pre>`,
-`<script>`, `<style>`, `<kbd>`, `<samp>`, `<var>`, anything marked `translate="no"` or `class="notranslate"`, and
-comments; an untranslatable or void element inside a run (`<br>`, `<img>`, `<code>`) ends its segment and stays
-between the two.
+word, or no word at all (a placeholder), is kept, empty, after the target of the nearest aligned source word before
+it. Untranslatable content stays as it is: `<code>`, `<pre>`, `<script>`, `<style>`, `<kbd>`, `<samp>`, `<var>`,
+anything marked `translate="no"` or `class="notranslate"`, and comments; an untranslatable or void element inside a
+run (`<br>`, `<img>`, `<code>`) ends its segment and stays between the two.
 
 `translate_fragment(html, translate)` does it; `translate(lines)` returns each line's `(translation, alignment)`,
 the alignment as `(source word, target word)` pairs over whitespace-separated words (`kmt.inference.alignments`).
@@ -46,10 +46,17 @@ class Segment:
     def __init__(self):
         self.pieces = []  # (text, (element, ...))
         self.elements = []  # every inline element opened in the run, in document order
+        self.opened_at = {}  # each element's offset in `text` where it opens
+        self.length = 0
+
+    def open(self, element):
+        self.elements.append(element)
+        self.opened_at[element] = self.length
 
     def add(self, text, path):
         if text:
             self.pieces.append((text, path))
+            self.length += len(text)
 
     @property
     def text(self):
@@ -84,7 +91,7 @@ def _segments(block):
     parts, segment = [], Segment()
 
     def walk(element, path):
-        segment.elements.append(element)
+        segment.open(element)
         segment.add(element.text, path)
         for child in element:
             walk(child, (*path, child))
@@ -114,8 +121,9 @@ def _spans(segment, target_words, alignment):
         words = {j for i in inside for j in aligned.get(i, ())}
         if words:
             start, stop = min(words), max(words) + 1
-        else:  # after the target words of the source words before it (an element without text: the run's start)
-            before = [j for i in range(inside[0] if inside else 0) for j in aligned.get(i, ())]
+        else:  # after the target word of the nearest aligned source word before it (for an empty one, where it is)
+            count = inside[0] if inside else len(segment.text[: segment.opened_at[element]].split())
+            before = next((aligned[i] for i in reversed(range(count)) if i in aligned), ())
             start = stop = max(before) + 1 if before else 0
         parent = element.getparent()
         if parent in spans:  # inside the parent's span
@@ -133,6 +141,10 @@ def _rebuild(segment, translation, alignment):
     words = translation.split()
     spans = _spans(segment, words, alignment)
     depth = {element: len(list(element.iterancestors())) for element in segment.elements}
+    text, worded = segment.text, set().union(*(tags for _, tags in segment.words()))
+    spaced = {  # a placeholder (no words in it) that a space came before: one comes before it here too
+        e for e in segment.elements if e not in worded and text[: segment.opened_at[e]][-1:].isspace()
+    }
     out = []
     for position in range(len(words) + 1):
         for element in sorted(
@@ -140,7 +152,8 @@ def _rebuild(segment, translation, alignment):
             key=lambda e: -depth[e],
         ):
             if spans[element][0] == spans[element][1]:  # empty: open and close here
-                out.append(_open(element) + _close(element))
+                out.append((" " if element in spaced and 0 < position < len(words) else "") + _open(element))
+                out.append(_close(element))
             else:
                 out.append(_close(element))
         if position == len(words):
