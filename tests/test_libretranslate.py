@@ -73,7 +73,8 @@ def test_libretranslates_client_and_documented_calls_get_libretranslates_answers
     (tmp_path / "keys").write_text("k1\nk2\n")
     # Two models, each a language pair: the dates model twice, once with a beam, once greedy as "fr-en"
     models = [f"--model=en-de={tmp_path / 'beam'}", "--model", f"fr-en={smoke_run / 'export'}"]
-    running = Server(*models, "--api-keys", tmp_path / "keys", "--req-limit", "40", "--max-file-bytes", "1000")
+    limits = ["--req-limit", "40", "--max-file-bytes", "1000", "--file-ttl-s", "600"]
+    running = Server(*models, "--api-keys", tmp_path / "keys", *limits)
     try:
         plain = running.post("/v1/models/en-de:predict", {"instances": ["5 May 1999", "July 4, 2021"]})[2]
         expected = [p["translation"] for p in plain["predictions"]]
@@ -184,6 +185,23 @@ def test_libretranslates_client_and_documented_calls_get_libretranslates_answers
         assert call("/detect", q="hello")[0] == 200  # k1 is not slowed down
     finally:
         assert running.stop() == 0
+
+
+def test_translated_files_expire_after_their_time(tmp_path):
+    import os
+    import types
+
+    from kmt.serving.app import Settings
+    from kmt.serving.libretranslate import LibreTranslate
+
+    state = types.SimpleNamespace(served={}, settings=Settings(file_ttl_s=60))
+    libre = LibreTranslate(state)
+    libre.files = tmp_path
+    for name, age in (("old.srt", 61), ("new.srt", 59)):
+        (tmp_path / name).write_text("x")
+        os.utime(tmp_path / name, (1000 - age, 1000 - age))
+    libre._expire(now=1000)
+    assert [path.name for path in tmp_path.iterdir()] == ["new.srt"]
 
 
 def test_kmt_serve_names_each_model_by_its_pair_or_its_run(smoke_run, capsys):

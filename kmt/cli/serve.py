@@ -128,12 +128,18 @@ def parse_args(argv=None):
         help="the largest file LibreTranslate's /translate_file takes (default: 10000000)",
     )
     parser.add_argument(
+        "--file-ttl-s",
+        type=float,
+        default=1800.0,
+        help="how long a file /translate_file translated stays to download, in seconds (default: 1800)",
+    )
+    parser.add_argument(
         "--no-batching",
         action="store_true",
         help="decode each request alone, as it arrives (for comparison: bench/serve_load.py)",
     )
     args = parser.parse_args(argv)
-    for name in ("max_batch_size", "max_queue", "max_sentences", "max_chars", "max_file_bytes"):
+    for name in ("max_batch_size", "max_queue", "max_sentences", "max_chars", "max_file_bytes", "file_ttl_s"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive. Received: {getattr(args, name)}")
     for name in ("batch_timeout_ms", "request_timeout_s", "req_limit"):
@@ -228,6 +234,7 @@ def main(argv=None):
         api_keys=api_keys,
         req_limit=args.req_limit,
         max_file_bytes=args.max_file_bytes,
+        file_ttl_s=args.file_ttl_s,
     )
     failed = []
 

@@ -81,6 +81,7 @@ class Settings:
     api_keys: frozenset | None = None  # LibreTranslate's routes need one of these as api_key; None: no key
     req_limit: int = 0  # LibreTranslate requests a client (its key, else its address) may make a minute; 0: any
     max_file_bytes: int = 10_000_000  # the largest upload /translate_file takes
+    file_ttl_s: float = 1800.0  # how long a /translate_file result stays to download
 
     @property
     def max_body_bytes(self):

@@ -196,7 +196,7 @@ class LibreTranslate:
         self.codes = sorted({code for pair in self.by_pair for code in (pair.source, pair.target)})
         self.detector = Detector(self.codes)
         self._calls = collections.defaultdict(collections.deque)  # client -> times of its requests this minute
-        self.files = None  # where /translate_file writes, a temporary directory for the server's life
+        self.files = None  # where /translate_file writes (a temporary directory), each file --file-ttl-s
 
     @property
     def pairs(self):
@@ -208,6 +208,16 @@ class LibreTranslate:
                 "(or --model SOURCE-TARGET=EXPORT)",
             )
         return list(self.by_pair)
+
+    def _expire(self, now=None):
+        """Deletes the translated files older than --file-ttl-s (LibreTranslate's files expire too)."""
+        oldest = (time.time() if now is None else now) - self.state.settings.file_ttl_s
+        for path in self.files.iterdir():
+            try:
+                if path.stat().st_mtime < oldest:
+                    path.unlink()
+            except FileNotFoundError:  # a download that raced it
+                pass
 
     def _admit(self, request, params):
         """The api_key check and the per-client request limit."""
@@ -373,6 +383,7 @@ class LibreTranslate:
             raise RequestError(400, f"Invalid request: {error}") from None
         translations = await self._sentences(request, served, document.sentences, document.alignments)
         name = f"{uuid.uuid4().hex}.{PurePath(upload.filename).name}"
+        self._expire()
         write_atomically(self.files / name, document.render(translations))
         return JSONResponse({"translatedFileUrl": str(request.url_for("download_file", filename=name))})
 
@@ -397,8 +408,10 @@ class LibreTranslate:
         if "/" in name or name.startswith(".") or "\\" in name:
             raise RequestError(400, "Invalid filename")
         path = self.files / name
+        self._expire()
         if not path.is_file():
-            raise RequestError(404, f"no translated file {name} (files last as long as the server)")
+            ttl = self.state.settings.file_ttl_s
+            raise RequestError(404, f"no translated file {name} (a file lasts {ttl:g} s, --file-ttl-s)")
         return FileResponse(path, filename=name.partition(".")[2])
 
     async def frontend_settings(self, request):
