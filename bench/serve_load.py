@@ -17,6 +17,12 @@ Figures: requests/s (one sentence each) over the row's wall time; p50 and p95 la
 sees it; the server's mean batch (sentences per decoded batch, from its /metrics); failed requests. The clients
 share the machine's cores with the server, as a load balancer on the same host would.
 
+`--routes` measures instead the routes of one batching server against each other, in turns at each client count:
+TensorFlow Serving's predict, kmt's `/translate` and LibreTranslate's `/translate` (`{"q": ..., "source": ...,
+"target": ...}`, its sentence splitting included), each row's requests/s also as a ratio to predict's.
+
+    python bench/serve_load.py --export EXPORT_DIR --routes --clients 32 --max-seconds 20
+
 `--hostile` measures instead what hostile clients cost good ones, on one batching server (`--request-timeout-s 10`,
 so that stalled clients come back within a row): `--clients` good clients (the largest count) run the closed loop
 above alone and beside hostile clients (threads of another process), in turns, twice each for half of
@@ -66,6 +72,12 @@ def parse_args(argv=None):
     parser.add_argument("--max-seconds", type=float, default=30.0, help="most seconds a row runs (default: 30)")
     parser.add_argument("--max-batch-size", type=int, default=32, help="kmt-serve --max-batch-size (default: 32)")
     parser.add_argument("--batch-timeout-ms", type=float, default=5.0, help="kmt-serve --batch-timeout-ms (default: 5)")
+    parser.add_argument(
+        "--routes",
+        action="store_true",
+        help="one batching server: TF Serving's predict, kmt's /translate and LibreTranslate's /translate in turns",
+    )
+    parser.add_argument("--languages", help="with --routes: kmt-serve --languages, for an export outside a run")
     parser.add_argument(
         "--hostile",
         action="store_true",
@@ -145,9 +157,30 @@ class Server:
         return self.process.wait(timeout=120)
 
 
-def load(port, sentences, clients, requests, max_seconds, answers=None):
-    """Closed-loop clients on `port`: (latencies of the answered requests, failures, wall seconds); each answer's
-    (sentence, translation, score) is appended to `answers` if given."""
+# --routes: the path, the body of a one-sentence request, and the (translation, score) of its answer
+ROUTES = {
+    "TF Serving predict": (
+        "/v1/models/kmt:predict",
+        lambda sentence, pair: {"instances": [sentence]},
+        lambda answer: (answer["predictions"][0]["translation"], answer["predictions"][0]["score"]),
+    ),
+    "kmt /translate": (
+        "/translate",
+        lambda sentence, pair: {"text": [sentence]},
+        lambda answer: (answer["translations"][0], answer["scores"][0]),
+    ),
+    "LibreTranslate /translate": (
+        "/translate",
+        lambda sentence, pair: {"q": sentence, "source": pair[0], "target": pair[1]},
+        lambda answer: (answer["translatedText"], None),
+    ),
+}
+
+
+def load(port, sentences, clients, requests, max_seconds, answers=None, route="kmt /translate", pair=None):
+    """Closed-loop clients on `port` sending `route`'s requests (`ROUTES`): (latencies of the answered requests,
+    failures, wall seconds); each answer's (sentence, translation, score) is appended to `answers` if given."""
+    path, body_of, answer_of = ROUTES[route]
     latencies, failures, lock, sent = [], [], threading.Lock(), iter(range(requests))
     deadline = time.monotonic() + max_seconds
 
@@ -161,15 +194,13 @@ def load(port, sentences, clients, requests, max_seconds, answers=None):
             sentence = sentences[(index * 7 + number) % len(sentences)]
             started = time.perf_counter()
             try:
-                connection.request(
-                    "POST", "/translate", json.dumps({"text": [sentence]}), {"Content-Type": "application/json"}
-                )
+                body = json.dumps(body_of(sentence, pair))
+                connection.request("POST", path, body, {"Content-Type": "application/json"})
                 response = connection.getresponse()
                 body = response.read()
                 ok = response.status == 200
                 if ok and answers is not None:
-                    answer = json.loads(body)
-                    answers.append((sentence, answer["translations"][0], answer["scores"][0]))
+                    answers.append((sentence, *answer_of(json.loads(body))))
             except OSError:
                 ok, connection = False, http.client.HTTPConnection("127.0.0.1", port, timeout=60)
             with lock:
@@ -304,6 +335,42 @@ def hostile(args, export, sentences):
     )
 
 
+def routes(args, export, sentences):
+    """`--routes`: one batching server, its routes taking turns at each client count (`ROUTES`)."""
+    batching = ["--max-batch-size", str(args.max_batch_size), "--batch-timeout-ms", str(args.batch_timeout_ms)]
+    server = Server(export, batching + (["--languages", args.languages] if args.languages else []))
+    rows, order = [], list(ROUTES)
+    try:
+        languages = json.loads(server.get("/languages")[1])
+        pair = (languages[0]["code"], languages[0]["targets"][0])
+        for clients in args.clients:
+            for route in order:
+                load(server.port, sentences, clients, 2 * clients, args.max_seconds, route=route, pair=pair)  # untimed
+                latencies, failures, seconds = load(
+                    server.port, sentences, clients, args.requests, args.max_seconds, route=route, pair=pair
+                )
+                rows.append(
+                    {
+                        "clients": clients,
+                        "route": route,
+                        "requests": len(latencies),
+                        "requests/s": len(latencies) / seconds,
+                        "p50 ms": 1000 * percentile(latencies, 50) if latencies else float("nan"),
+                        "p95 ms": 1000 * percentile(latencies, 95) if latencies else float("nan"),
+                        "failed": failures,
+                    }
+                )
+            order = order[1:] + order[:1]
+    finally:
+        code = server.stop()
+    for row in rows:
+        base = next(r for r in rows if r["clients"] == row["clients"] and r["route"] == "TF Serving predict")
+        row["vs predict"] = row["requests/s"] / base["requests/s"] if base["requests/s"] else float("nan")
+    print(f"kmt-serve's routes under load over loopback, {export}, on {hardware()}")
+    print_table(rows, ["clients", "route", "requests", "requests/s", "p50 ms", "p95 ms", "failed", "vs predict"])
+    print_json("serve_routes", export=str(export), pair=list(pair), rows=rows, exit_code=code)
+
+
 def main(argv=None):
     args = parse_args(argv)
     sys.path.insert(0, str(ROOT))
@@ -318,6 +385,8 @@ def main(argv=None):
         )
         if args.hostile:
             return hostile(args, export, sentences[:64])
+        if args.routes:
+            return routes(args, export, sentences)
         batching = ["--max-batch-size", str(args.max_batch_size), "--batch-timeout-ms", str(args.batch_timeout_ms)]
         servers = {mode: Server(export, flags + batching) for mode, flags in MODES.items()}
         rows, order = [], list(MODES)

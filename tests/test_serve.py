@@ -658,6 +658,19 @@ def test_load_bench_runs_batching_and_no_batching_side_by_side(smoke_run):
 
 
 @pytest.mark.e2e
+def test_load_bench_puts_one_servers_routes_side_by_side(smoke_run):
+    report = serve_load(smoke_run, "--routes", "--clients", "2", "--requests", "4", "--max-seconds", "120")
+    assert report["exit_code"] == 0 and report["pair"] == ["en", "de"]
+    assert [row["route"] for row in report["rows"]] == [
+        "TF Serving predict",
+        "kmt /translate",
+        "LibreTranslate /translate",
+    ]
+    assert all(row["requests"] == 4 and row["failed"] == 0 for row in report["rows"])
+    assert report["rows"][0]["vs predict"] == 1
+
+
+@pytest.mark.e2e
 def test_load_bench_answers_every_good_request_beside_hostile_clients_with_its_serial_answer(smoke_run):
     """docs/serving.md's hostile-client figures at a tiny size: rows of a few seconds (their good requests counted,
     whatever the machine's speed), every hostile client sending one request at least in each of its turns."""
