@@ -173,6 +173,12 @@ class Tokenizer:
             np.int8,
         )
 
+    @functools.cached_property
+    def pieces(self):
+        """Every piece, in id order (a CTranslate2 vocabulary)."""
+        processor = self._processor
+        return tuple(processor.id_to_piece(i) for i in range(self.vocab_size))
+
     def holds(self, pieces) -> bool:
         """Whether every string of `pieces` is one user-defined piece of this vocabulary (the terminology
         transform's markers, `kmt.data.terminology`)."""

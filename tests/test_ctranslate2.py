@@ -203,9 +203,7 @@ def test_the_pad_and_start_tokens_are_never_emitted(token_id, tmp_path):
     bias.assign(keras.ops.convert_to_numpy(bias) + 3.0 * (np.arange(bias.shape[0]) == token_id))
     export_ctranslate2(model, vocabularies, SEARCH, tmp_path / "ct2")
     rows = vocabularies.source.encode(DATES)
-    from kmt.inference.ct2_converter import pieces
-
-    source_pieces = pieces(vocabularies.source)
+    source_pieces = vocabularies.source.pieces
     unsuppressed = CT2Translator(tmp_path / "ct2").translator.translate_batch(
         [[source_pieces[i] for i in row] for row in rows if len(row)],
         beam_size=1,
@@ -213,7 +211,7 @@ def test_the_pad_and_start_tokens_are_never_emitted(token_id, tmp_path):
         max_input_length=24,
         max_decoding_length=24,
     )
-    piece = pieces(vocabularies.target)[token_id]
+    piece = vocabularies.target.pieces[token_id]
     assert any(piece in output.hypotheses[0] for output in unsuppressed)  # CTranslate2's first choice
     ids = assert_same_greedy(model, vocabularies, DATES, tmp_path / "ct2", check_scores=False)
     assert all(token_id not in row for row in ids)

@@ -80,6 +80,36 @@ def test_importing_kmt_and_its_serving_and_translating_modules_imports_neither_k
     assert result.returncode == 0 and result.stdout == "\n", result.stdout + result.stderr
 
 
+# Runs a console script's `main` with the arguments after `-c`, then prints which heavy modules it imported
+IMPORTED_BY = (
+    "import atexit, sys, importlib; "
+    "atexit.register(lambda: print('imported:', *sorted({'keras', 'tensorflow', 'torch'} & set(sys.modules)), "
+    "file=sys.stderr)); "
+    "importlib.import_module(sys.argv[1]).main(sys.argv[2:])"
+)
+
+
+def test_commands_decoding_through_ctranslate2_import_neither_keras_nor_tensorflow(smoke_run, tmp_path):
+    from kmt.cli import export
+
+    export.main([str(smoke_run), "--format", "ctranslate2", "--output", str(tmp_path / "ct2")])
+    (tmp_path / "src").write_text("5 May 1999\nJuly 4, 2021\n")
+    (tmp_path / "page.html").write_text("<p>5 May <b>1999</b></p>")
+    (tmp_path / "ref").write_text("1999-05-05\n2021-07-04\n")
+    ct2 = str(tmp_path / "ct2")
+    for command in [
+        ["kmt.cli.translate", ct2, "--input", str(tmp_path / "src"), "--alignments"],
+        ["kmt.cli.translate", ct2, str(tmp_path / "page.html"), "--output", str(tmp_path / "page.de.html")],
+        ["kmt.cli.evaluate", ct2, "--source", str(tmp_path / "src"), "--reference", str(tmp_path / "ref")],
+    ]:
+        result = subprocess.run(
+            [sys.executable, "-c", IMPORTED_BY, *command], capture_output=True, text=True, timeout=600
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert result.stderr.splitlines()[-1] == "imported:", (command, result.stderr[-3000:])
+    assert "<b>" in (tmp_path / "page.de.html").read_text()
+
+
 def test_a_commands_keras_import_leaves_out_what_kmt_does_not_use_and_the_plots_still_import_it(tmp_path):
     """With the TensorFlow backend, a command's import of Keras skips JAX, SciPy and pyplot (seconds of start-up);
     they import afterwards as usual. Under JAX, Keras imports JAX itself."""

@@ -14,13 +14,9 @@ import re
 import sys
 from pathlib import Path
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import IntervalSweep
-from hydra.errors import HydraException
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
-
 from kmt.errors import KmtError
+
+# Hydra and OmegaConf are imported where the config is checked: kmt-translate and kmt-serve start without them.
 
 # Hydra's own flags, and those that take a value (whose value is not an override).
 _FLAGS_WITH_VALUE = {
@@ -116,6 +112,8 @@ def _overrides(argv):
 def _choices(override):
     """The values one override stands for: its own, a sweep's each, or an interval's ends (Optuna's
     `interval(lo, hi)`, whose values are drawn while the search runs)."""
+    from hydra.core.override_parser.types import IntervalSweep
+
     if not override.is_sweep_override():
         return [override.input_line]
     sweep = override.value()
@@ -125,6 +123,8 @@ def _choices(override):
 
 def _jobs(overrides):
     """Every job of a sweep (`a=1,2 b=3,4` -> 4 override lists); one job when nothing sweeps."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
     parsed = OverridesParser.create().parse_overrides(overrides)
     return itertools.islice(itertools.product(*map(_choices, parsed)), _MAX_SWEEP_JOBS_CHECKED)
 
@@ -143,6 +143,9 @@ def check_overrides(argv):
     """Composes the config for each job the command line asks for and validates it; exits on the first problem.
 
     A user's `--config-dir` joins the search path where Hydra puts it (after kmt's), as `hydra.searchpath`."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
     from kmt.config import composing, validate
 
     overrides = _overrides(argv)
@@ -171,12 +174,18 @@ def check_overrides(argv):
 
 def _search_space(cfg):
     """The sweeper's `hydra.sweeper.params` (the Optuna sweeper's search space), parsed as overrides."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
     params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
     return OverridesParser.create().parse_overrides([f"{key}={value}" for key, value in params.items()])
 
 
 def _check_output_dir(cfg, multirun):
     """A run (or sweep) directory that cannot be made is one line here, not Hydra's traceback when it makes it."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
     try:
         setting = "hydra.sweep.dir" if multirun else "hydra.run.dir"
         directory = OmegaConf.select(cfg, setting, throw_on_resolution_failure=True)

@@ -39,11 +39,31 @@ def piece_kinds(tokenizer) -> np.ndarray:
     return kinds
 
 
-def _words(ids, kinds):
+class NumpyOps:
+    """The `keras.ops` functions `word_alignment` uses, in NumPy: CTranslate2's attention is aligned without Keras
+    (and the TensorFlow it imports)."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    @staticmethod
+    def cast(x, dtype):
+        return np.asarray(x).astype(dtype)
+
+    @staticmethod
+    def convert_to_tensor(x, dtype=None):
+        return np.asarray(x, dtype)
+
+
+def _keras_ops():
+    from keras import ops  # Keras only when aligning in a graph: kmt-translate imports this module for `pharaoh`
+
+    return ops
+
+
+def _words(ids, kinds, ops):
     """Each piece's word index, -1 for none (int32 `(B, L)`), and one-hot `(B, L, L)` float32 piece-to-word maps.
     The first piece of a text begins a word whatever it is."""
-    from keras import ops  # Keras only when aligning: kmt-translate imports this module for `pharaoh`
-
     kind = ops.take(ops.convert_to_tensor(kinds, "int32"), ops.cast(ids, "int32"), axis=0)  # (B, L)
     real = ops.greater_equal(kind, 0)
     first = ops.logical_and(real, ops.equal(ops.cumsum(ops.cast(real, "int32"), axis=1), 1))
@@ -53,7 +73,7 @@ def _words(ids, kinds):
     return word, ops.cast(one_hot, "float32")
 
 
-def word_alignment(attention, source_ids, target_ids, source_kinds, target_kinds):
+def word_alignment(attention, source_ids, target_ids, source_kinds, target_kinds, ops=None):
     """Hard word alignments from subword attention.
 
     Args:
@@ -62,15 +82,15 @@ def word_alignment(attention, source_ids, target_ids, source_kinds, target_kinds
         target_ids: int `(B, T)`, the target's pieces, end and pad after them.
         source_kinds: int `(V_source,)` from `piece_kinds`.
         target_kinds: int `(V_target,)` from `piece_kinds`.
+        ops: `keras.ops`, or `NumpyOps()` for NumPy arrays without Keras. Defaults to `None`: `keras.ops`.
 
     Returns int32 `(B, T)`: for target word j (j below the target's word count) the source word it attends to most
     (attention summed over the pieces of both words), -1 past the target's last word and for a sentence with no
     source word.
     """
-    from keras import ops
-
-    source_word, source_map = _words(source_ids, source_kinds)  # (B, S), (B, S, S)
-    target_word, target_map = _words(target_ids, target_kinds)  # (B, T), (B, T, T)
+    ops = _keras_ops() if ops is None else ops
+    source_word, source_map = _words(source_ids, source_kinds, ops)  # (B, S), (B, S, S)
+    target_word, target_map = _words(target_ids, target_kinds, ops)  # (B, T), (B, T, T)
     attention = ops.cast(attention, "float32")
     words = ops.einsum("btj,bts,bsi->bji", target_map, attention, source_map)  # (B, T words, S words)
     source_count = ops.max(source_word, axis=1) + 1  # (B,)

@@ -40,14 +40,6 @@ ACTIVATIONS = {  # kmt's model.activation -> CTranslate2's (Keras' "gelu" is the
 }
 
 
-def pieces(tokenizer):
-    """A `kmt.tokenizer.Tokenizer`'s pieces in id order: a CTranslate2 vocabulary."""
-    import sentencepiece
-
-    processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer.model_proto)
-    return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
-
-
 def _array(variable):
     return np.asarray(ops.convert_to_numpy(variable), dtype=np.float32)
 
@@ -103,9 +95,9 @@ class KmtConverter(Converter):
             self._linear(decoder.projection, parts.output_projection)
 
         source, target = self.vocabularies.source, self.vocabularies.target
-        spec.register_source_vocabulary(pieces(source))
-        spec.register_target_vocabulary(pieces(target))
-        vocabulary = pieces(target)
+        spec.register_source_vocabulary(list(source.pieces))
+        spec.register_target_vocabulary(list(target.pieces))
+        vocabulary = target.pieces
         spec.config.unk_token = vocabulary[UNK_ID]
         spec.config.bos_token = spec.config.decoder_start_token = vocabulary[START_ID]
         spec.config.eos_token = vocabulary[END_ID]

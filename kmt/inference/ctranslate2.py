@@ -114,7 +114,6 @@ class CT2Translator(BatchedTranslator):
 
     def __init__(self, path, device="cpu", compute_type="default", inter_threads=1, intra_threads=0, batch_size=64):
         ctranslate2 = require_ctranslate2()
-        from kmt.inference.ct2_converter import pieces
 
         path = Path(path)
         if not is_ctranslate2_dir(path):
@@ -129,8 +128,8 @@ class CT2Translator(BatchedTranslator):
         self.batch_size = batch_size
         self.vocabularies = Vocabularies.load(path)
         self.inline_terms = self.vocabularies.source.holds(MARKERS)
-        self.source_pieces = pieces(self.vocabularies.source)
-        self.target_pieces = pieces(self.vocabularies.target)
+        self.source_pieces = self.vocabularies.source.pieces
+        self.target_pieces = self.vocabularies.target.pieces
         self.target_ids = {piece: i for i, piece in enumerate(self.target_pieces)}
         self.never = [self.target_pieces[PAD_ID], self.target_pieces[START_ID]]  # pieces kmt's searches never emit
         try:
@@ -157,7 +156,7 @@ class CT2Translator(BatchedTranslator):
         rows of target ids, are what each translation begins with; one longer than its sentence's limit gives
         `[]` and a NaN score.
         """
-        from kmt.inference.lengths import decode_length  # here: its module imports Keras, which this one does not need
+        from kmt.inference.lengths import decode_length
 
         settings = settings or self.settings
         self._check(settings)
@@ -249,10 +248,9 @@ class CT2Translator(BatchedTranslator):
 
     def _align_batch(self, sources, targets):
         """As the SavedModel's `align`: the target forced as CTranslate2's `target_prefix`, its attention read."""
-        import keras
         import numpy as np
 
-        from kmt.inference.alignments import links, piece_kinds, word_alignment
+        from kmt.inference.alignments import NumpyOps, links, piece_kinds, word_alignment
 
         source_rows = [row[: self.max_length] for row in self.vocabularies.source.encode(sources)]
         target_rows = [row[: self.max_length - 1] for row in self.vocabularies.target.encode(targets)]
@@ -279,10 +277,9 @@ class CT2Translator(BatchedTranslator):
             attention[b, : len(rows), : len(source_rows[j])] = rows
             source[b, : len(source_rows[j])] = source_rows[j]
             target[b, : len(target_rows[j])] = target_rows[j]
-        best = word_alignment(
-            attention, source, target, piece_kinds(self.vocabularies.source), piece_kinds(self.vocabularies.target)
-        )
-        for j, row in zip(pending, keras.ops.convert_to_numpy(best)):
+        kinds = piece_kinds(self.vocabularies.source), piece_kinds(self.vocabularies.target)
+        best = word_alignment(attention, source, target, *kinds, ops=NumpyOps())
+        for j, row in zip(pending, best):
             results[j] = links(row)
         return results
 

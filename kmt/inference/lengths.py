@@ -3,10 +3,6 @@ ceil(a * S + b))` (fairseq's `--max-len-a`, `--max-len-b`), and the models' own 
 
 import math
 
-from keras import ops
-
-from kmt.layers.masks import padding_mask
-
 
 def max_length_of(models, max_length=None):
     """The caller's `max_length`, else the shortest `max_length` of the models (None when one
@@ -24,6 +20,8 @@ def decode_length(source_length, max_length, max_length_a, max_length_b):
     """
     if isinstance(source_length, int):
         return min(max_length, math.ceil(max_length_a * source_length + max_length_b))
+    from keras import ops  # tensors only: a Python length (CTranslate2's) needs no Keras
+
     limit = ops.ceil(ops.cast(source_length, "float64") * max_length_a + max_length_b)
     return ops.minimum(ops.cast(limit, "int32"), max_length)
 
@@ -36,6 +34,10 @@ def decode_lengths(source, max_length, max_length_a, max_length_b):
     dynamic (inside a `tf.function`) they are float64 tensors. Both compute in float64, so eager and graph calls
     agree, and JAX needs no 64-bit mode.
     """
+    from keras import ops
+
+    from kmt.layers.masks import padding_mask
+
     lengths = ops.sum(ops.cast(padding_mask(source), "int32"), axis=1)  # (B,)
     source_length = ops.shape(source)[1]
     if isinstance(source_length, int):
