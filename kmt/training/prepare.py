@@ -101,10 +101,7 @@ def prepare(cfg, run_dir, verbose=None):
     )
     keras.config.set_dtype_policy(resolved.precision)
     logger.info(
-        "Keras %s backend, %s, XLA %s",
-        backend.name(),
-        cfg.trainer.precision,
-        "on" if cfg.trainer.jit_compile else "off",
+        "Keras %s backend, %s, XLA %s", backend.name(), resolved.precision, "on" if resolved.jit_compile else "off"
     )
     run = RunDir(run_dir)
     resuming = run.checkpoints.resumable
