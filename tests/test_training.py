@@ -454,9 +454,8 @@ def test_mismatched_parallel_files_name_both_files(tmp_path):
 
 @pytest.mark.e2e
 @pytest.mark.skipif(not os.environ.get("KMT_DATA_DIR"), reason="needs the real corpora in $KMT_DATA_DIR")
-@pytest.mark.parametrize(
-    "data", [["experiment=multi30k_en_de"], ["experiment=multi30k_de_en"], ["data=spa_eng"]], ids=str
-)
+# (experiment=multi30k_de_en is multi30k_en_de's pipeline the other way round: tests/test_config.py composes it)
+@pytest.mark.parametrize("data", [["experiment=multi30k_en_de"], ["data=spa_eng"]], ids=str)
 def test_smoke_run_on_a_slice_of_a_real_corpus(tmp_path, data):
     cfg = compose_config(*data, "data.download=false", "trainer.export=false")
     train(cfg, tmp_path)
