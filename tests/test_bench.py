@@ -36,6 +36,7 @@ SCRIPTS = [
     "serve_load",
     "terminology",
     "train_throughput",
+    "web_page",
 ]
 
 

@@ -74,7 +74,7 @@ def test_libretranslates_client_and_documented_calls_get_libretranslates_answers
     # Two models, each a language pair: the dates model twice, once with a beam, once greedy as "fr-en"
     models = [f"--model=en-de={tmp_path / 'beam'}", "--model", f"fr-en={smoke_run / 'export'}"]
     limits = ["--req-limit", "40", "--max-file-bytes", "1000", "--file-ttl-s", "600"]
-    running = Server(*models, "--api-keys", tmp_path / "keys", *limits)
+    running = Server(*models, "--api-keys", tmp_path / "keys", *limits, "--no-frontend")
     try:
         plain = running.post("/v1/models/en-de:predict", {"instances": ["5 May 1999", "July 4, 2021"]})[2]
         expected = [p["translation"] for p in plain["predictions"]]
@@ -144,6 +144,7 @@ def test_libretranslates_client_and_documented_calls_get_libretranslates_answers
         (tmp_path / "long.txt").write_text("5 May 1999\n" * 100)
         assert upload("long.txt") == {"error": "the file is over 1000 bytes, --max-file-bytes"}
         assert running.get("/download_file/..%2Fkeys")[0] in (400, 404)
+        assert running.get("/")[0] == 404 and running.get("/static/app.js")[0] == 404  # --no-frontend
         status, _, settings = running.get("/frontend/settings")
         assert settings["keyRequired"] and settings["language"]["target"] == {"code": "de", "name": "German"}
 

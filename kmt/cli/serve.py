@@ -9,7 +9,8 @@ A client written against `tensorflow_model_server --rest_api_port=8501 --model_n
 Routes: POST /v1/models/NAME:predict (row "instances" or columnar "inputs"), GET /v1/models/NAME (status),
 GET /v1/models/NAME/metadata (signatures), each also under NAME/versions/1 and NAME/labels/LABEL; POST /translate,
 GET /healthz, GET /readyz (once the model is loaded and warmed), GET /metrics (Prometheus text). LibreTranslate's API
-too, for its clients: POST /translate with "q" (JSON or a form), GET /languages, POST /detect, GET /frontend/settings:
+too, for its clients: POST /translate with "q" (JSON or a form), GET /languages, POST /detect, GET /frontend/settings,
+POST /translate_file; and a web page for people at / (--no-frontend: none):
 
     curl -s -X POST http://127.0.0.1:8501/translate -d q="A man sleeps." -d source=en -d target=de
 
@@ -128,6 +129,11 @@ def parse_args(argv=None):
         help="the largest file LibreTranslate's /translate_file takes (default: 10000000)",
     )
     parser.add_argument(
+        "--no-frontend",
+        action="store_true",
+        help="serve no web page at / (as LibreTranslate's --disable-web-ui); the APIs stay (default: the page is on)",
+    )
+    parser.add_argument(
         "--file-ttl-s",
         type=float,
         default=1800.0,
@@ -235,6 +241,7 @@ def main(argv=None):
         req_limit=args.req_limit,
         max_file_bytes=args.max_file_bytes,
         file_ttl_s=args.file_ttl_s,
+        frontend=not args.no_frontend,
     )
     failed = []
 

@@ -8,6 +8,8 @@ Routes (`protocol.py` has the bodies), MODEL being `NAME`, `NAME/versions/1` or 
 - `POST /translate`: `{"text": [...]}` -> `{"translations": [...], "scores": [...]}`; with `"glossary": [[source
   term, target term], ...]` (or the server's `--glossary`), each sentence's translation holds the target term of every
   source term found in it (`translate_constrained`, or the terms inline for a model trained with them);
+- `GET /` (unless `--no-frontend`): the web page (`kmt/serving/frontend/`), one more client of LibreTranslate's routes,
+  its scripts and styles under `/static/`, with a Content-Security-Policy that allows nothing from elsewhere;
 - `GET /healthz` (the process answers), `GET /readyz` (the model is loaded and warmed), `GET /metrics`;
 - LibreTranslate's `POST /translate` (a body with `q`), `GET /languages`, `POST /detect`, `GET /frontend/settings`,
   `POST /translate_file` and `GET /download_file/NAME` (`kmt.serving.libretranslate`).
@@ -33,8 +35,9 @@ from pathlib import Path
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
-from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
 
 from kmt.errors import KmtError
 from kmt.inference.glossary import Glossary
@@ -58,6 +61,13 @@ MODEL_ROUTES = ("/v1/models/:predict", "/translate")
 VERSION = "1"
 CLIENT_GONE = 499  # nginx's "client closed request": logged and counted, never sent
 DRAIN_BYTES = 64 * 2**20  # most of a body over the limit read (and dropped) so that its client gets the 413
+FRONTEND = Path(__file__).parent / "frontend"
+PAGE_HEADERS = {  # the page runs only its own files and talks only to this server
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
 _MODEL_PATH = re.compile(
     r"(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
     r"(?:/(?P<metadata>metadata)|:(?P<verb>[^/:]+))?"
@@ -82,6 +92,7 @@ class Settings:
     req_limit: int = 0  # LibreTranslate requests a client (its key, else its address) may make a minute; 0: any
     max_file_bytes: int = 10_000_000  # the largest upload /translate_file takes
     file_ttl_s: float = 1800.0  # how long a /translate_file result stays to download
+    frontend: bool = True  # the web page at /
 
     @property
     def max_body_bytes(self):
@@ -136,6 +147,11 @@ def create_app(models, settings, on_load_failure=lambda: None):
         Route("/readyz", state.readyz, methods=["GET"]),
         Route("/metrics", state.metrics_text, methods=["GET"]),
     ]
+    if settings.frontend:
+        routes += [
+            Route("/", lambda request: FileResponse(FRONTEND / "index.html", headers=PAGE_HEADERS), methods=["GET"]),
+            Mount("/static", StaticFiles(directory=FRONTEND), name="static"),
+        ]
     handlers = {
         RequestError: _error_response,
         HTTPException: _http_error,
@@ -432,7 +448,9 @@ def _route(path):
     """The metrics label of a path (a fixed set, whatever paths clients send)."""
     if path.startswith("/v1/models/"):
         return "/v1/models/:predict" if path.endswith(":predict") else "/v1/models/"
-    known = ("/translate", "/healthz", "/readyz", "/metrics", "/languages", "/detect", "/frontend/settings")
+    if path.startswith("/static/"):
+        return "/static/"
+    known = ("/", "/translate", "/healthz", "/readyz", "/metrics", "/languages", "/detect", "/frontend/settings")
     if path.startswith("/download_file/"):
         return "/download_file/"
     return path if path in (*known, "/translate_file") else "other"

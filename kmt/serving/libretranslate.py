@@ -5,7 +5,9 @@ Discourse, libretranslatepy, ...) translate with a kmt model unchanged.
   `alternatives` (how many other translations), `api_key`; a JSON or form body. The answer is
   `{"translatedText": ...}`, a string or a list as `q` was, with `"alternatives"` when asked and, for `source=auto`,
   `"detectedLanguage": {"confidence": 0-100, "language": code}` (a list of them for a list `q`). Each sentence of
-  each line (pysbd's split) is translated on its own; empty lines stay empty.
+  each line (pysbd's split) is translated on its own; empty lines stay empty. kmt's one addition, `alignments`
+  (true), answers `"alignment"` too: Pharaoh pairs `i-j` of each text, source word i to target word j over
+  whitespace-split words (the web page's highlight; `format=text`, no glossary).
 - `GET /languages`: `[{"code", "name", "targets"}]`, the languages the server translates from.
 - `POST /detect`: `q` -> `[{"confidence", "language"}]`, by py3langid (Lui & Baldwin's langid.py), restricted to the
   languages the server knows.
@@ -45,6 +47,7 @@ NAMES = {
 }  # fmt: skip
 FORMATS = ("text", "html")
 FIELDS = {"q", "source", "target", "format", "alternatives", "api_key"}  # a LibreTranslate request's
+TRUE = (True, 1, "1", "true", "True", "on")  # a form's or JSON's yes
 
 
 @dataclass(frozen=True)
@@ -271,6 +274,9 @@ class LibreTranslate:
             best, alternatives = await self._html(request, served, texts_, source), [[] for _ in texts_]
             return self._answer(best, alternatives if count else None, detected, many)
         lines, spans = lines_of(texts_)
+        aligns = "translate_align" in served.model.signatures  # a model that cannot align answers without
+        if params.get("alignments") in TRUE and aligns and glossary is None and not count:
+            return await self._aligned(request, served, lines, spans, source, detected, many)
         split = Sentences(lines, source, aligned=False)  # a model translates a sentence at a time
         lines = split.sentences
         if glossary is not None:
@@ -291,14 +297,36 @@ class LibreTranslate:
             best = joined(split.join(outputs["translation"]), spans)
         return self._answer(best, alternatives if count else None, detected, many)
 
-    def _answer(self, best, alternatives, detected, many):
+    async def _aligned(self, request, served, lines, spans, language, detected, many):
+        """Texts' translations with their alignments: `translate_align` on every sentence of every line, each line's
+        words counted on from the lines before it."""
+        from kmt.inference.alignments import parse_pharaoh
+
+        split = Sentences(lines, language)
+        outputs = {"translation": [], "alignment": []}
+        if split.sentences:
+            outputs = await self.state._run(request, served, "translate_align", {"text": split.sentences})
+        results = split.join(zip(outputs["translation"], map(parse_pharaoh, outputs["alignment"])))
+        best, alignments = [], []
+        for start, stop in spans:
+            links, source_at, target_at = [], 0, 0
+            for line, (translation, alignment) in zip(lines[start:stop], results[start:stop]):
+                links += [f"{i + source_at}-{j + target_at}" for i, j in alignment]
+                source_at, target_at = source_at + len(line.split()), target_at + len(translation.split())
+            best.append("\n".join(translation for translation, _ in results[start:stop]))
+            alignments.append(" ".join(links))
+        response = self._answer(best, None, detected, many, send=False)
+        response["alignment"] = alignments if many else alignments[0]
+        return JSONResponse(response)
+
+    def _answer(self, best, alternatives, detected, many, send=True):
         answer = {"translatedText": best if many else best[0]}
         if alternatives is not None:
             answer["alternatives"] = alternatives if many else alternatives[0]
         if detected:
             language = {"confidence": detected[1], "language": detected[0]}
             answer["detectedLanguage"] = [language] * len(best) if many else language
-        return JSONResponse(answer)
+        return JSONResponse(answer) if send else answer
 
     async def _html(self, request, served, texts_, language):
         """Each HTML text translated with its markup kept (`kmt.documents.markup`): its segments through
@@ -425,6 +453,8 @@ class LibreTranslate:
                 "suggestions": False,
                 "filesTranslation": True,
                 "supportedFilesFormat": list(FORMATS_OF_FILES),
+                # kmt's: the most alternatives each pair gives (the web page's button)
+                "alternatives": {str(p): self.most_alternatives(s, settings.glossary) for p, s in self.by_pair.items()},
                 "language": {
                     "source": {"code": pair.source, "name": name_of(pair.source)},
                     "target": {"code": pair.target, "name": name_of(pair.target)},
