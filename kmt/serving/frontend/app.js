@@ -61,7 +61,12 @@ function showError(message) {
 
 function nameOf(code) {
   const found = page.languages.find((language) => language.code === code);
-  return found ? found.name : code;
+  if (found) return found.name;
+  try {
+    return new Intl.DisplayNames(["en"], { type: "language" }).of(code) || code; // a target only: not in /languages
+  } catch {
+    return code;
+  }
 }
 
 function option(select, value, label) {
