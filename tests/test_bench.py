@@ -25,6 +25,7 @@ SCRIPTS = [
     "constraints",
     "corpus_scale",
     "decode_speed",
+    "distill",
     "documents",
     "decode_sweep",
     "distribute_scaling",
@@ -58,24 +59,6 @@ def run_bench(script, *args, timeout=600, cwd=BENCH.parent, env=None):
         env=bench_env() | (env or {}),
         cwd=cwd,
     )
-
-
-@pytest.fixture
-def multi30k_head(tmp_path_factory, monkeypatch):
-    """$KMT_DATA_DIR for the test: the first lines of the real Multi30k En-De files (raw and tok/), enough for a smoke
-    run (`data.limit=300`), with val and test short enough that the benches' beam searches through their SavedModels
-    take seconds, where all 1,014 and 1,000 sentences took a minute of a 2-core CI machine."""
-    corpus = Path(os.environ["KMT_DATA_DIR"]) / "multi30k"
-    head = tmp_path_factory.mktemp("data")
-    for stem, lines in [("train", 400), ("val", 48), ("test_2016_flickr", 48)]:
-        for lang in ("en", "de"):
-            for name in (f"{stem}.{lang}", f"tok/{stem}.lc.norm.tok.{lang}"):
-                path = head / "multi30k" / name
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with open(corpus / name, encoding="utf-8") as f:
-                    path.write_text("".join(itertools.islice(f, lines)), encoding="utf-8")
-    monkeypatch.setenv("KMT_DATA_DIR", str(head))
-    return head
 
 
 def test_every_script_is_listed():

@@ -488,3 +488,40 @@ def test_smoke_run_on_multi30k_tok_copies_scores_without_retokenizing(tmp_path):
     pieces = [line.split("\t")[0] for line in (tmp_path / "tokenizer" / "joint.vocab").read_text().splitlines()]
     cased = [piece for piece in pieces if piece != piece.lower() and not piece.startswith("<")]  # <0x0A>: bytes
     assert not cased  # the subwords were learned from the lowercased tok/ text
+
+
+def test_a_built_in_corpus_takes_distilled_targets_line_for_line(tmp_path):
+    from kmt.data import ParallelText, retargeted
+
+    train = ParallelText(["a b", "c"], ["x y", "z"], "train.en", "train.de")
+    (tmp_path / "distilled.de").write_text("X Y\nZ\n")
+    assert retargeted(train, tmp_path / "distilled.de", "multi30k").target == ["X Y", "Z"]
+    (tmp_path / "short.de").write_text("X Y\n")
+    with pytest.raises(DataError, match=r"^the multi30k training sources has 2 lines but .*short.de has 1"):
+        retargeted(train, tmp_path / "short.de", "multi30k")
+    with pytest.raises(ConfigError, match="data=wmt14_en_de mixes three"):
+        retargeted(train, tmp_path / "distilled.de", "wmt14_en_de")
+    from kmt.data import load_corpus
+
+    with pytest.raises(ConfigError, match=r"give them as data.train.target=FILE"):  # the recipe, without them
+        load_corpus(compose_config("experiment=multi30k_en_de_student").data)
+
+
+@pytest.mark.e2e
+def test_a_student_trains_on_its_teachers_translations_through_to_its_export(smoke_run, multi30k_head, tmp_path):
+    # The recipe's two commands (docs/training.md#distillation), the dates model standing in for the teacher
+    sources = multi30k_head / "multi30k" / "train.en"
+    result = run_cli("translate", smoke_run / "export", "--input", sources, "--output", tmp_path / "distilled.de")
+    assert result.returncode == 0, result.stderr[-3000:]
+    student = tmp_path / "student"
+    overrides = ["debug=smoke", "data.limit=300", "data.num_train=300", "trainer.max_minutes=0"]
+    result = run_cli(
+        "train", "experiment=multi30k_en_de_student", f"data.train.target={tmp_path / 'distilled.de'}", *overrides,
+        "model.num_layers=1", f"hydra.run.dir={student}",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (student / "export" / "saved_model.pb").is_file()
+    distilled = (tmp_path / "distilled.de").read_text().splitlines()[:300]
+    assert (student / "data" / "train.target.txt").read_text().splitlines() == distilled
+    config = OmegaConf.load(student / "config.yaml")
+    assert (config.model.num_decoder_layers, config.data.name) == (1, "multi30k")

@@ -94,7 +94,10 @@ class DataConfig:
     # training sentence (unigram vocabularies; 0.5 changes about a third of sentences, 0.1 doubles their pieces);
     # 0: always the best segmentation
     train: TrainFiles = field(default_factory=TrainFiles)  # data=parallel: the training pairs' files (any corpus:
-    # their word alignments)
+    # their word alignments; a built-in corpus's train.target replaces its training targets, line by line: a
+    # teacher's translations of its training sources, for sequence-level distillation)
+    distilled: bool = False  # the training targets must be a teacher's translations, given as data.train.target (a
+    # distillation recipe's)
     val: SplitFiles = field(default_factory=SplitFiles)  # data=parallel: the validation pairs' files
     test: SplitFiles = field(default_factory=SplitFiles)  # data=parallel: optional (no test metrics without them)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)  # the joint subword vocabulary

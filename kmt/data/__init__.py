@@ -2,13 +2,27 @@
 training reads."""
 
 from kmt.data.dates import date_splits
-from kmt.data.sources import ParallelText, load_multi30k, load_parallel, load_spa_eng, mix_corpora, read_parallel
+from kmt.data.sources import (
+    ParallelText,
+    load_multi30k,
+    load_parallel,
+    load_spa_eng,
+    mix_corpora,
+    read_lines,
+    read_parallel,
+)
 from kmt.data.wmt14 import TRAIN_SETS, wmt14_en_de_files
 from kmt.errors import ConfigError
 
 
 def load_corpus(data_cfg):
     """`{"train", "val", "test"}` -> `ParallelText` for `cfg.data` (test may be absent for `data=parallel`)."""
+    train = data_cfg.get("train")
+    if data_cfg.get("distilled") and not (train and train.get("target")):
+        raise ConfigError(
+            "this recipe trains on a teacher's translations of the training sources: give them as "
+            "data.train.target=FILE (docs/training.md#distillation)"
+        )
     if data_cfg.name == "dates":
         splits = date_splits(data_cfg.num_train, data_cfg.num_val, data_cfg.num_test, data_cfg.seed)
         corpus = {name: ParallelText(list(source), list(target)) for name, (source, target) in splits.items()}
@@ -69,6 +83,8 @@ def load_corpus(data_cfg):
         raise ConfigError(
             f"data.name must be dates, multi30k, spa_eng, parallel or wmt14_en_de. Received: {data_cfg.name!r}"
         )
+    if data_cfg.name != "parallel" and train is not None and train.get("target"):
+        corpus["train"] = retargeted(corpus["train"], train.target, data_cfg.name)
     if data_cfg.limit:
         corpus = {
             name: ParallelText(
@@ -77,6 +93,18 @@ def load_corpus(data_cfg):
             for name, text in corpus.items()
         }
     return corpus
+
+
+def retargeted(train, path, name):
+    """The training split `train` of corpus `name` with its targets replaced by the lines of `path`, one a source, in
+    order: sequence-level knowledge distillation (Kim & Rush, 2016), the targets a teacher's translations of the
+    sources (`data.train.target` on a built-in corpus)."""
+    if name == "wmt14_en_de":
+        raise ConfigError(
+            "data.train.target replaces one corpus's training targets, and data=wmt14_en_de mixes three: give the "
+            "distilled pairs as data=parallel's data.train.source and data.train.target"
+        )
+    return ParallelText(train.source, read_lines(path), f"the {name} training sources", str(path))
 
 
 __all__ = [
