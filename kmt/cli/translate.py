@@ -26,7 +26,7 @@ Examples:
     echo "Tuesday, March 5, 1996" | kmt-translate runs/dates/<time>/export
     kmt-translate runs/multi30k/<time>/ctranslate2_int8 --beam-size 5 --input test.en --output test.hyp.de
     kmt-translate runs/multi30k/<time>/export --input test.en --prefixes starts.de --alignments
-    printf 'A man is sleeping.\tMann\tschläft\n' | kmt-translate runs/multi30k/<time>/export --constraints -
+    printf 'A man is sleeping.\\tMann\\tschläft\\n' | kmt-translate runs/multi30k/<time>/export --constraints -
     kmt-translate runs/multi30k/<time>/export --glossary terms.tsv < test.en
     kmt-translate runs/multi30k/<time>/export page.html --output page.de.html
 """
