@@ -9,8 +9,8 @@ import urllib.request
 import pytest
 from lxml import html as lxml_html
 
-from kmt.serving.libretranslate import Detector, Pair, joined, lines_of, parse_form_or_json, parse_translate_body, texts
-from kmt.serving.protocol import RequestError
+from kmt.serving.languages import Detector, Pair
+from kmt.serving.protocol import RequestError, joined, lines_of, parse_form_or_json, parse_translate_body, texts
 
 
 def test_a_body_with_q_is_libretranslates_as_json_or_as_a_form():

@@ -168,7 +168,7 @@ def served_models(args):
     (--languages, else its run's; None where neither says). Each path is checked."""
     from kmt.run_dir import languages_of_run
     from kmt.serving.app import Served
-    from kmt.serving.libretranslate import Pair
+    from kmt.serving.languages import Pair
     from kmt.serving.model import check_model_path
 
     served = []

@@ -41,10 +41,9 @@ from starlette.staticfiles import StaticFiles
 
 from kmt.errors import KmtError
 from kmt.inference.glossary import Glossary
-from kmt.serving import libretranslate as lt
 from kmt.serving.batching import Batcher, DecodingFailed, QueueFull, Unbatched
 from kmt.serving.libretranslate import LibreTranslate
-from kmt.serving.metrics import Metrics
+from kmt.serving.metrics import CLIENT_GONE, AccessLog, Metrics
 from kmt.serving.model import load_model
 from kmt.serving.protocol import (
     RequestError,
@@ -52,14 +51,12 @@ from kmt.serving.protocol import (
     parse_json,
     parse_predict,
     parse_translate,
+    parse_translate_body,
     predict_response,
 )
 
 logger = logging.getLogger("kmt.serving")
-access_logger = logging.getLogger("kmt.serving.access")
-MODEL_ROUTES = ("/v1/models/:predict", "/translate")
 VERSION = "1"
-CLIENT_GONE = 499  # nginx's "client closed request": logged and counted, never sent
 DRAIN_BYTES = 64 * 2**20  # most of a body over the limit read (and dropped) so that its client gets the 413
 FRONTEND = Path(__file__).parent / "frontend"
 PAGE_HEADERS = {  # the page runs only its own files and talks only to this server
@@ -87,7 +84,7 @@ class Settings:
     max_chars: int = 1000
     batching: bool = True
     glossary: object = None  # a kmt.inference.glossary.Glossary: constraints for the translate signatures
-    pair: object = None  # an export path's kmt.serving.libretranslate.Pair, for LibreTranslate's routes
+    pair: object = None  # an export path's kmt.serving.languages.Pair, for LibreTranslate's routes
     api_keys: frozenset | None = None  # LibreTranslate's routes need one of these as api_key; None: no key
     req_limit: int = 0  # LibreTranslate requests a client (its key, else its address) may make a minute; 0: any
     max_file_bytes: int = 10_000_000  # the largest upload /translate_file takes
@@ -104,7 +101,7 @@ class Settings:
 @dataclasses.dataclass
 class Served:
     """One model a server serves: its name (`/v1/models/NAME`), its path, its language pair (a
-    `kmt.serving.libretranslate.Pair`, or None) and, once loaded, its model and queue."""
+    `kmt.serving.languages.Pair`, or None) and, once loaded, its model and queue."""
 
     name: str
     path: object
@@ -222,7 +219,7 @@ class _State:
 
     async def translate(self, request):
         body, content_type = await self._body(request), request.headers.get("content-type", "")
-        value, libretranslate = lt.parse_translate_body(body, content_type)
+        value, libretranslate = parse_translate_body(body, content_type)
         if libretranslate:
             return await self.libre.translate(request, value)
         text, terms, name = parse_translate(value)
@@ -407,50 +404,3 @@ def _http_error(request, error):
         status_code=error.status_code,
         headers=error.headers,
     )
-
-
-class AccessLog:
-    """ASGI middleware: one log line per request (client, method, path, status, milliseconds) and its metrics."""
-
-    def __init__(self, app, metrics):
-        self.app, self.metrics = app, metrics
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        started, status = time.perf_counter(), [500]  # an exception's 500, unless a response starts
-
-        async def send_status(message):
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_status)
-        finally:
-            seconds = time.perf_counter() - started
-            route = _route(scope["path"])
-            answered = status[0] != CLIENT_GONE
-            self.metrics.observe_request(route, status[0], seconds, answered and route in MODEL_ROUTES)
-            client = "{}:{}".format(*scope["client"]) if scope.get("client") else "-"
-            access_logger.info(
-                '%s "%s %s" %d %.1fms%s',
-                client,
-                scope["method"],
-                scope["path"],
-                status[0],
-                seconds * 1000,
-                "" if answered else " (the client went away; nothing sent)",
-            )
-
-
-def _route(path):
-    """The metrics label of a path (a fixed set, whatever paths clients send)."""
-    if path.startswith("/v1/models/"):
-        return "/v1/models/:predict" if path.endswith(":predict") else "/v1/models/"
-    if path.startswith("/static/"):
-        return "/static/"
-    known = ("/", "/translate", "/healthz", "/readyz", "/metrics", "/languages", "/detect", "/frontend/settings")
-    if path.startswith("/download_file/"):
-        return "/download_file/"
-    return path if path in (*known, "/translate_file") else "other"

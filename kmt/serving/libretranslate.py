@@ -19,12 +19,8 @@ A `/translate` body with `q` is LibreTranslate's; one with `text` is kmt's own (
 
 import asyncio
 import collections
-import json
 import time
-import unicodedata
-import urllib.parse
 import uuid
-from dataclasses import dataclass
 from pathlib import PurePath
 
 from starlette.exceptions import HTTPException
@@ -34,159 +30,20 @@ from kmt.documents import FORMATS as FORMATS_OF_FILES
 from kmt.documents import Sentences
 from kmt.errors import KmtError
 from kmt.run_dir import write_atomically
-from kmt.serving.protocol import RequestError, parse_json
+from kmt.serving.languages import Detector, Pair, name_of
+from kmt.serving.protocol import (
+    FORMATS,
+    TRUE,
+    RequestError,
+    alternatives_of,
+    joined,
+    lines_of,
+    parse_form_or_json,
+    required,
+    texts,
+)
 
 # ISO 639-1 codes and the English names LibreTranslate gives them; a code not here is named by itself.
-NAMES = {
-    "ar": "Arabic", "bg": "Bulgarian", "ca": "Catalan", "cs": "Czech", "da": "Danish", "de": "German",
-    "el": "Greek", "en": "English", "es": "Spanish", "et": "Estonian", "fi": "Finnish", "fr": "French",
-    "ga": "Irish", "he": "Hebrew", "hi": "Hindi", "hu": "Hungarian", "id": "Indonesian", "it": "Italian",
-    "ja": "Japanese", "ko": "Korean", "lt": "Lithuanian", "lv": "Latvian", "nb": "Norwegian", "nl": "Dutch",
-    "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sk": "Slovak", "sl": "Slovenian",
-    "sv": "Swedish", "th": "Thai", "tr": "Turkish", "uk": "Ukrainian", "vi": "Vietnamese", "zh": "Chinese",
-}  # fmt: skip
-FORMATS = ("text", "html")
-FIELDS = {"q", "source", "target", "format", "alternatives", "api_key"}  # a LibreTranslate request's
-TRUE = (True, 1, "1", "true", "True", "on")  # a form's or JSON's yes
-
-
-@dataclass(frozen=True)
-class Pair:
-    """The language pair a model translates: ISO 639-1 codes, `en-de` on the command line."""
-
-    source: str
-    target: str
-
-    @classmethod
-    def parse(cls, text):
-        source, dash, target = str(text).partition("-")
-        if not dash or not source.isalpha() or not target.isalpha() or source == target:
-            raise ValueError(f"a language pair is two language codes joined by '-', such as en-de. Received: {text!r}")
-        return cls(source.lower(), target.lower())
-
-    def __str__(self):
-        return f"{self.source}-{self.target}"
-
-
-class Detector:
-    """Language identification restricted to `languages` (py3langid, loaded on first use)."""
-
-    def __init__(self, languages):
-        self.languages = sorted(set(languages))
-        self._identifier = None
-
-    def __call__(self, text):
-        """`(code, confidence 0-100)` of `text`."""
-        if self._identifier is None:
-            from py3langid.langid import MODEL_DIR, MODEL_FILE, LanguageIdentifier
-
-            identifier = LanguageIdentifier.from_modelpath(MODEL_DIR / MODEL_FILE, norm_probs=True)
-            if len(self.languages) > 1:
-                identifier.set_languages(self.languages)
-            self._identifier = identifier
-        if len(self.languages) == 1:
-            return self.languages[0], 100.0
-        code, probability = self._identifier.classify(text)
-        return code, round(100 * float(probability), 1)
-
-
-def parse_form_or_json(body, content_type):
-    """A LibreTranslate request's parameters: a JSON object (`is_json`), else an `application/x-www-form-urlencoded`
-    body (its first value of each field; line endings as `\n`)."""
-    if not is_json(body, content_type):
-        return _form(body)
-    try:
-        value = json.loads(body) if body.strip() else {}
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise RequestError(400, "Invalid request: the body is neither JSON nor a form") from None
-    if not isinstance(value, dict):
-        raise RequestError(400, "Invalid JSON format")
-    return value
-
-
-def parse_translate_body(body, content_type):
-    """A `/translate` body, parsed once: `(parameters, True)` for LibreTranslate's (a JSON object or a form with its
-    fields, `q`, `source`, ...), `(object, False)` for kmt's own (a JSON object with `text`); anything else gets
-    kmt's errors (`parse_json`'s)."""
-    if is_json(body, content_type):
-        value = parse_json(body)
-        return value, "text" not in value and bool(set(value) & FIELDS)
-    try:
-        fields = _form(body)
-    except RequestError:
-        fields = {}
-    if set(fields) & FIELDS:
-        return fields, True
-    return parse_json(body), False  # not JSON: kmt's 400
-
-
-def _form(body):
-    try:
-        fields = urllib.parse.parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
-    except UnicodeDecodeError:
-        raise RequestError(400, "Invalid request: the form is not UTF-8") from None
-    # LibreTranslate reads a form's first value of each field
-    return {key: values[0].replace("\r\n", "\n") for key, values in fields.items()}
-
-
-def is_json(body, content_type):
-    """Whether a body is JSON: so typed, or an object whatever its type says (curl's `-d '{...}'` is typed as a
-    form)."""
-    return "json" in content_type.split(";")[0].lower() or body.lstrip()[:1] == b"{"
-
-
-def required(params, name):
-    """The parameter `name`, a non-empty string, or LibreTranslate's 400."""
-    value = params.get(name)
-    if value is None or value == "" or value == []:
-        raise RequestError(400, f"Invalid request: missing {name} parameter")
-    return value
-
-
-def texts(params, char_limit):
-    """`(list of texts, whether q was a list)`: `q` checked (each text at most `char_limit` characters), in NFC."""
-    q = required(params, "q")
-    many = isinstance(q, list)
-    values = q if many else [q]
-    if not all(isinstance(value, str) for value in values):
-        raise RequestError(400, "Invalid request: q must be a string or a list of strings")
-    for value in values:
-        if len(value) > char_limit:
-            raise RequestError(400, f"Invalid request: request ({len(value)}) exceeds text limit ({char_limit})")
-    try:
-        return [unicodedata.normalize("NFC", value.encode("utf-8").decode()) for value in values], many
-    except UnicodeEncodeError:
-        raise RequestError(400, "Invalid request: q holds text UTF-8 cannot encode") from None
-
-
-def alternatives_of(params, limit):
-    """How many alternatives a request asks (negative: none), at most `limit`."""
-    value = params.get("alternatives", 0) or 0
-    try:
-        value = max(int(value), 0)
-    except (TypeError, ValueError):
-        raise RequestError(400, "Invalid request: alternatives parameter is not a number") from None
-    if value > limit:
-        raise RequestError(400, f"Invalid request: alternatives parameter must be <= {limit}")
-    return value
-
-
-def name_of(code):
-    return NAMES.get(code, code)
-
-
-def lines_of(texts):
-    """Every line of every text, and where each text's lines are: `(lines, [(start, stop), ...])`."""
-    lines, spans = [], []
-    for text in texts:
-        parts = text.split("\n")
-        spans.append((len(lines), len(lines) + len(parts)))
-        lines += parts
-    return lines, spans
-
-
-def joined(translations, spans):
-    return ["\n".join(translations[start:stop]) for start, stop in spans]
 
 
 class LibreTranslate:

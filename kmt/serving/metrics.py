@@ -1,4 +1,5 @@
-"""The server's metrics in Prometheus's text format (`GET /metrics`), for a load balancer or a scraper.
+"""The server's metrics in Prometheus's text format (`GET /metrics`), for a load balancer or a scraper, and its access
+log (`AccessLog`, the middleware that feeds both).
 
 - `kmt_requests_total{route, code}`: requests, by route and HTTP status; code 499 (nginx's "client closed request")
   counts the clients that went away before their answer, to whom nothing was sent;
@@ -11,8 +12,13 @@
 """
 
 import collections
+import logging
+import time
 
 QUANTILES = (0.5, 0.95, 0.99)
+MODEL_ROUTES = ("/v1/models/:predict", "/translate")  # the routes whose latency the quantiles count
+CLIENT_GONE = 499  # nginx's "client closed request": logged and counted, never sent
+access_logger = logging.getLogger("kmt.serving.access")
 
 
 class Metrics:
@@ -91,3 +97,50 @@ def _powers_of_two(limit):
     while bounds[-1] < limit:
         bounds.append(bounds[-1] * 2)
     return bounds
+
+
+class AccessLog:
+    """ASGI middleware: one log line per request (client, method, path, status, milliseconds) and its metrics."""
+
+    def __init__(self, app, metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started, status = time.perf_counter(), [500]  # an exception's 500, unless a response starts
+
+        async def send_status(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            seconds = time.perf_counter() - started
+            route = _route(scope["path"])
+            answered = status[0] != CLIENT_GONE
+            self.metrics.observe_request(route, status[0], seconds, answered and route in MODEL_ROUTES)
+            client = "{}:{}".format(*scope["client"]) if scope.get("client") else "-"
+            access_logger.info(
+                '%s "%s %s" %d %.1fms%s',
+                client,
+                scope["method"],
+                scope["path"],
+                status[0],
+                seconds * 1000,
+                "" if answered else " (the client went away; nothing sent)",
+            )
+
+
+def _route(path):
+    """The metrics label of a path (a fixed set, whatever paths clients send)."""
+    if path.startswith("/v1/models/"):
+        return "/v1/models/:predict" if path.endswith(":predict") else "/v1/models/"
+    if path.startswith("/static/"):
+        return "/static/"
+    known = ("/", "/translate", "/healthz", "/readyz", "/metrics", "/languages", "/detect", "/frontend/settings")
+    if path.startswith("/download_file/"):
+        return "/download_file/"
+    return path if path in (*known, "/translate_file") else "other"
