@@ -86,8 +86,8 @@ def main(argv=None):
     from kmt.checkpoints import average_checkpoints, load_run_model
     from kmt.data import load_corpus
     from kmt.errors import KmtError
+    from kmt.inference.keras_translator import KerasTranslator
     from kmt.inference.settings import SearchSettings
-    from kmt.inference.translators import KerasTranslator
     from kmt.metrics import tokenized_bleu, translation_scores
     from kmt.run_dir import RunDir
 

@@ -15,10 +15,12 @@ if keras.backend.backend() != "tensorflow":
 
 from kmt.checkpoints import load_run_keras, load_run_model  # noqa: E402
 from kmt.inference.decoding import search_ids  # noqa: E402
+from kmt.inference.keras_translator import KerasTranslator  # noqa: E402
 from kmt.inference.loading import load_translator  # noqa: E402
+from kmt.inference.saved_model_translator import SavedModelTranslator  # noqa: E402
 from kmt.inference.settings import SearchSettings  # noqa: E402
 from kmt.inference.translator import TranslatorModule  # noqa: E402
-from kmt.inference.translators import Hypothesis, KerasTranslator, SavedModelTranslator  # noqa: E402
+from kmt.inference.translators import Hypothesis  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "fixtures" / "pre57"
 RECORD = json.loads((FIXTURE / "translations.json").read_text(encoding="utf-8"))

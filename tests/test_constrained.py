@@ -121,8 +121,9 @@ PHRASES = [["1996"], [], ["06", "2001"], ["1990-05"]]
 def test_a_run_and_its_savedmodel_put_every_phrase_in_their_translations(smoke_run):
     import kmt
     from kmt.errors import KmtError
+    from kmt.inference.keras_translator import KerasTranslator
     from kmt.inference.settings import SettingsError
-    from kmt.inference.translators import KerasTranslator, met
+    from kmt.inference.translators import met
 
     run, export = kmt.load(smoke_run), kmt.load(smoke_run / "export")
     greedy = run.translate(LINES, constraints=PHRASES, nbest=1)

@@ -16,8 +16,8 @@ from kmt.cli import translate as translate_cli
 from kmt.data.dates import generate_date_pairs
 from kmt.inference.ctranslate2 import CT2Translator, export_ctranslate2
 from kmt.inference.decoding import search_ids
+from kmt.inference.keras_translator import KerasTranslator
 from kmt.inference.settings import SearchSettings
-from kmt.inference.translators import KerasTranslator
 from kmt.models import Transformer
 from kmt.special_ids import END_ID, PAD_ID, START_ID
 from kmt.tokenizer import Vocabularies

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from kmt.errors import KmtError
+from kmt.inference.keras_translator import KerasTranslator
 from kmt.inference.loading import load_translator, translator_kind
-from kmt.inference.translators import Hypothesis, KerasTranslator, SavedModelTranslator
+from kmt.inference.saved_model_translator import SavedModelTranslator
+from kmt.inference.translators import Hypothesis
 
 LINES = ["Tuesday, March 5, 1996", "", "the third of May 2001", "12/31/1999"]
 

@@ -64,7 +64,7 @@ def load_translator(
             path, device=device, compute_type=compute_type, intra_threads=threads, batch_size=batch_size
         )
     if kind == "savedmodel":
-        from kmt.inference.translators import SavedModelTranslator
+        from kmt.inference.saved_model_translator import SavedModelTranslator
 
         return SavedModelTranslator(path, batch_size=batch_size)
     return load_run_translator(path, checkpoint=checkpoint, batch_size=batch_size)
@@ -81,8 +81,8 @@ def load_run_translator(path, *, checkpoint: str | None = None, batch_size: int 
         batch_size: sentences per batch. Defaults to `64`.
     """
     from kmt.checkpoints import load_run_model
+    from kmt.inference.keras_translator import KerasTranslator
     from kmt.inference.settings import SearchSettings
-    from kmt.inference.translators import KerasTranslator
     from kmt.run_dir import RunDir
 
     if checkpoint is None:

@@ -1,6 +1,7 @@
-"""Text to text: the `Translator` protocol and two of its implementations, the Keras model of a run directory
-(`KerasTranslator`, any backend) and a SavedModel export (`SavedModelTranslator`); the third, a CTranslate2
-directory, is `kmt.inference.ctranslate2.CT2Translator`. `kmt.inference.loading.load_translator` opens any of them.
+"""Text to text: the `Translator` protocol and what its implementations share (`BatchedTranslator`); they are the
+Keras model of a run directory (`kmt.inference.keras_translator.KerasTranslator`, any backend), a SavedModel export
+(`kmt.inference.saved_model_translator.SavedModelTranslator`) and a CTranslate2 directory
+(`kmt.inference.ctranslate2.CT2Translator`). `kmt.inference.loading.load_translator` opens any of them.
 
 Every translator translates lines (`translate`, optionally each from a target prefix and with word alignments),
 scores pairs (`score`) and aligns pairs (`align`) in batches of similar length (`kmt.inference.translate.map_sorted`)
@@ -17,7 +18,6 @@ Example:
 [Hypothesis(text='1996-05-03', score=-5.2, alignment=((2, 0),))]
 """
 
-import dataclasses
 import logging
 import math
 from collections.abc import Sequence
@@ -26,10 +26,10 @@ from typing import NamedTuple, Protocol
 import numpy as np
 
 from kmt.errors import KmtError
-from kmt.inference.glossary import MARKERS, Glossary
+from kmt.inference.glossary import Glossary
 from kmt.inference.settings import SearchSettings, SettingsError
 from kmt.inference.translate import map_sorted
-from kmt.special_ids import END_ID, PAD_ID
+from kmt.special_ids import PAD_ID
 
 logger = logging.getLogger(__name__)
 
@@ -303,129 +303,6 @@ def padded(rows, width=None):
     return array
 
 
-class KerasTranslator(BatchedTranslator):
-    """Text to text with a Keras model, under any backend: the `kmt.inference.translator.TranslatorModule` graph
-    (tokenizer, search and detokenizer traced once per `SearchSettings`, as the SavedModel holds it) under
-    TensorFlow; elsewhere, and for prefixes and alignments, `search_ids` and `attention_ids` on ids from the
-    `sentencepiece` library.
-
-    Args:
-        model: a kmt model, or a list of models sharing `vocabularies`: an ensemble.
-        vocabularies: the run's `kmt.tokenizer.Vocabularies`.
-        settings: the `SearchSettings` to search with by default. Defaults to `SearchSettings()`.
-        batch_size: sentences per batch. Defaults to `64`.
-    """
-
-    def __init__(self, model, vocabularies, settings: SearchSettings | None = None, *, batch_size: int = 64):
-        from kmt.inference.ensemble import ensemble_members
-        from kmt.inference.lengths import max_length_of
-
-        self.model, self.vocabularies = model, vocabularies
-        self.settings = settings or SearchSettings()
-        self.batch_size = batch_size
-        self.max_length = max_length_of(ensemble_members(model))
-        self._modules = {}  # SearchSettings -> TranslatorModule, under TensorFlow
-        self.inline_terms = vocabularies.source.holds(MARKERS)
-
-    def _check_features(self, prefixes=False, alignments=False, nbest=1, constraints=False):
-        from kmt.inference.alignments import require_alignment
-        from kmt.inference.ensemble import ensemble_members
-
-        if alignments:
-            require_alignment(ensemble_members(self.model)[0])
-
-    def _translate_batch(self, lines, settings, nbest, prefixes, constraints=None):
-        import keras
-
-        if keras.backend.backend() == "tensorflow" and prefixes is None and constraints is None:
-            return self._translate_graph(lines, settings.replace(nbest=None), nbest)
-        from kmt.inference.decoding import search_ids
-        from kmt.inference.lengths import decode_length
-
-        settings = dataclasses.replace(settings, max_length=settings.max_length or self.max_length)
-        rows = [ids[: settings.max_length] for ids in self.vocabularies.source.encode(lines)]  # as the graph cuts them
-        limits = [
-            decode_length(len(row), settings.max_length, settings.max_length_a, settings.max_length_b) for row in rows
-        ]
-        prefix_rows = self.vocabularies.target.encode(prefixes) if prefixes is not None else [[] for _ in rows]
-        phrase_rows = [
-            [ids[ids > END_ID] for ids in self.vocabularies.target.encode(list(c))]
-            for c in constraints or [[] for _ in rows]
-        ]
-        # What must fit the output limit: the prefix, and the constraints beside it (one may lie inside it).
-        needed = [max(len(p), sum(map(len, c))) for p, c in zip(prefix_rows, phrase_rows)]
-        too_long = {i for i, (n, limit) in enumerate(zip(needed, limits)) if n > limit}
-        prefix = None if prefixes is None else padded([[] if i in too_long else p for i, p in enumerate(prefix_rows)])
-        phrases = None
-        if constraints is not None:
-            phrases = phrase_array([[] if i in too_long else c for i, c in enumerate(phrase_rows)])
-        tokens, scores = search_ids(
-            self.model, padded(rows), settings, prefix=prefix, constraints=phrases, hypotheses=True
-        )
-        tokens, scores = keras.ops.convert_to_numpy(tokens), keras.ops.convert_to_numpy(scores)  # (B, n, L), (B, n)
-        texts = self.vocabularies.target.decode(tokens.reshape(-1, tokens.shape[-1]))
-        return [
-            [
-                Hypothesis("", math.nan)
-                if i in too_long
-                else Hypothesis(texts[i * nbest + k], float(scores[i, k]))
-                if len(row) > self.vocabularies.source.added
-                else Hypothesis("", 0.0)
-                for k in range(nbest)
-            ]
-            for i, row in enumerate(rows)
-        ]
-
-    def _translate_graph(self, lines, settings, nbest):
-        import tensorflow as tf
-
-        from kmt.inference.translator import TranslatorModule
-
-        if settings not in self._modules:
-            self._modules[settings] = TranslatorModule(self.model, self.vocabularies, settings)
-        return translate_signatures(
-            self._modules[settings].translate,
-            self._modules[settings].translate_nbest,
-            tf.constant(lines, tf.string),
-            nbest,
-        )
-
-    def _score_batch(self, sources, targets):
-        import keras
-
-        from kmt.inference.score import score_ids
-
-        source_rows = self.vocabularies.source.encode(sources)
-        target_rows = self.vocabularies.target.encode(targets)
-        fits = scorable(source_rows, target_rows, self.max_length, self.vocabularies.source.added)
-        results = [Score(math.nan, len(t) + 1) for t in target_rows]
-        if fits:
-            scores, _ = score_ids(
-                self.model, padded([source_rows[i] for i in fits]), padded([target_rows[i] for i in fits])
-            )
-            for i, value in zip(fits, keras.ops.convert_to_numpy(scores)):
-                results[i] = Score(float(value), results[i].tokens)
-        return results
-
-    def _align_batch(self, sources, targets):
-        import keras
-
-        from kmt.inference.alignments import attention_ids, links, piece_kinds, word_alignment
-
-        source_rows = [row[: self.max_length] for row in self.vocabularies.source.encode(sources)]
-        target_rows = [row[: self.max_length - 1] for row in self.vocabularies.target.encode(targets)]
-        target = padded([[*row, END_ID] for row in target_rows])  # the end token's step too, as in a search
-        attention = attention_ids(self.model, padded(source_rows), target)
-        best = word_alignment(
-            attention,
-            padded(source_rows),
-            target,
-            piece_kinds(self.vocabularies.source),
-            piece_kinds(self.vocabularies.target),
-        )
-        return [links(row) for row in keras.ops.convert_to_numpy(best)]
-
-
 def phrase_array(rows):
     """Each sentence's phrases (lists of ids) as an int32 `(B, max(1, phrases), max(1, longest))` array, pad 0."""
     count = max(1, *map(len, rows))
@@ -450,117 +327,3 @@ def translate_signatures(translate, translate_nbest, text, nbest):
         [Hypothesis(t.decode("utf-8"), float(s)) for t, s in zip(texts[:nbest], scores[:nbest])]
         for texts, scores in zip(outputs["translations"].numpy(), outputs["scores"].numpy())
     ]
-
-
-class SavedModelTranslator(BatchedTranslator):
-    """Text to text with a kmt SavedModel export (`kmt-export`, a run's `export/`): its `translate`,
-    `translate_nbest`, `translate_prefix`, `score` and `align` signatures, with the search settings baked in
-    (`settings` is None).
-
-    Args:
-        path: the SavedModel directory.
-        batch_size: sentences per batch. Defaults to `64`.
-    """
-
-    settings = None
-
-    def __init__(self, path, *, batch_size: int = 64):
-        import tensorflow as tf
-        import tensorflow_text  # noqa: F401  (registers the SentencePiece ops the graph uses)
-
-        self.path, self.batch_size = path, batch_size
-        self.loaded = tf.saved_model.load(str(path))
-        self.signatures = dict(self.loaded.signatures)
-        if "translate" not in self.signatures:
-            raise KmtError(f"{path} has no 'translate' signature; was it exported by kmt?")
-        self.inline_terms = hasattr(self.loaded, "inline_terms")  # kmt.inference.translator.TranslatorModule
-
-    def signature(self, name):
-        """The SavedModel's signature `name` (`translate`, `translate_nbest`, `translate_prefix`, `translate_align`,
-        `score`, `align`)."""
-        if name not in self.signatures:
-            why = "it was exported by an older kmt; export the run again with `kmt-export RUN_DIR`"
-            if name in ("align", "translate_align") and "translate_prefix" in self.signatures:
-                why = "its model cannot align (alignments come from a Transformer's cross-attention)"
-            raise KmtError(f"{self.path} has no '{name}' signature: {why}")
-        return self.signatures[name]
-
-    @property
-    def beam_size(self) -> int:
-        """K, the beam the export searches with (the hypotheses of its `translate_nbest`)."""
-        return self.signature("translate_nbest").structured_outputs["translations"].shape[1]
-
-    def _checked(self, settings, nbest):
-        if settings is not None:
-            raise KmtError(
-                f"{self.path} is a SavedModel, whose search settings are baked in: export the run again "
-                "with `kmt-export RUN_DIR --beam-size N --length-penalty A`"
-            )
-        if nbest > 1 and nbest > self.beam_size:
-            raise KmtError(
-                f"nbest {nbest} is more than the {self.beam_size} hypotheses of the export's beam; export "
-                f"the run with `kmt-export RUN_DIR --beam-size {nbest}`"
-            )
-        return None
-
-    def _check_features(self, prefixes=False, alignments=False, nbest=1, constraints=False):
-        if constraints:
-            self.signature("translate_constrained")
-            if prefixes:
-                raise KmtError(
-                    f"{self.path} is a SavedModel, whose translate_constrained takes no prefix: prefixes with "
-                    "constraints come from the run directory (`kmt-translate RUN_DIR --prefixes P --constraints C`)"
-                )
-            if nbest > 1:
-                raise KmtError(
-                    f"{self.path} is a SavedModel, whose translate_constrained gives the best translation: n-best "
-                    "lists with constraints come from the run directory (`kmt-translate RUN_DIR --constraints FILE`)"
-                )
-        if prefixes:
-            self.signature("translate_prefix")
-            if nbest > 1:
-                raise KmtError(
-                    f"{self.path} is a SavedModel, whose translate_prefix gives the best translation: n-best "
-                    "lists with prefixes come from the run directory (`kmt-translate RUN_DIR --prefixes FILE`)"
-                )
-        if alignments:
-            self.signature("align")
-
-    def _translate_batch(self, lines, settings, nbest, prefixes, constraints=None):
-        import tensorflow as tf
-
-        text = tf.constant(lines, tf.string)
-        if constraints is not None:
-            count = max(1, *map(len, constraints))
-            table = [[*phrases, *[""] * (count - len(phrases))] for phrases in constraints]
-            outputs = self.signature("translate_constrained")(text=text, constraints=tf.constant(table, tf.string))
-            return [
-                [Hypothesis(t.decode("utf-8"), float(s))]
-                for t, s in zip(outputs["translation"].numpy(), outputs["score"].numpy())
-            ]
-        if prefixes is not None:
-            outputs = self.signatures["translate_prefix"](text=text, prefix=tf.constant(prefixes, tf.string))
-            return [
-                [Hypothesis(t.decode("utf-8"), float(s))]
-                for t, s in zip(outputs["translation"].numpy(), outputs["score"].numpy())
-            ]
-        nbest_signature = None if nbest == 1 else self.signature("translate_nbest")
-        return translate_signatures(self.signatures["translate"], nbest_signature, text, nbest)
-
-    def _align_batch(self, sources, targets):
-        import tensorflow as tf
-
-        from kmt.inference.alignments import parse_pharaoh
-
-        outputs = self.signatures["align"](
-            source=tf.constant(sources, tf.string), target=tf.constant(targets, tf.string)
-        )
-        return [parse_pharaoh(line.decode("utf-8")) for line in outputs["alignment"].numpy()]
-
-    def _score_batch(self, sources, targets):
-        import tensorflow as tf
-
-        outputs = self.signature("score")(
-            source=tf.constant(sources, tf.string), target=tf.constant(targets, tf.string)
-        )
-        return [Score(float(p), int(n)) for p, n in zip(outputs["score"].numpy(), outputs["length"].numpy())]

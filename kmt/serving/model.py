@@ -44,7 +44,7 @@ def load_model(path):
     """The model at `path` (a kmt SavedModel export, CTranslate2 directory or run directory), loaded and ready to
     `run`."""
     from kmt.inference.loading import load_translator
-    from kmt.inference.translators import SavedModelTranslator
+    from kmt.inference.saved_model_translator import SavedModelTranslator
 
     # The server's batcher makes the batches (--max-batch-size): one call of the translator decodes one.
     translator = load_translator(path, batch_size=BATCH_SIZE)
@@ -113,8 +113,8 @@ class TranslatorRunner:
 
 
 class SavedModelRunner:
-    """A kmt SavedModel (a `kmt.inference.translators.SavedModelTranslator`): `signatures` maps each signature's
-    name to its `Signature`; `run` calls one.
+    """A kmt SavedModel (a `kmt.inference.saved_model_translator.SavedModelTranslator`): `signatures` maps each
+    signature's name to its `Signature`; `run` calls one.
 
     One loaded SavedModel answers concurrent calls as it answers serial ones, so `run` may be called from several
     threads at once.

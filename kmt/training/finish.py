@@ -10,8 +10,8 @@ from dataclasses import replace
 import keras
 
 from kmt.checkpoints import average_checkpoints, early_averaging_warning
+from kmt.inference.keras_translator import KerasTranslator
 from kmt.inference.settings import SearchSettings
-from kmt.inference.translators import KerasTranslator
 from kmt.metrics import translation_scores
 from kmt.run_dir import write_atomically
 from kmt.training.distribute import fingerprint, local_copy

@@ -14,8 +14,8 @@ import keras
 from omegaconf import OmegaConf
 
 from kmt.errors import KmtError
+from kmt.inference.keras_translator import KerasTranslator
 from kmt.inference.settings import SearchSettings
-from kmt.inference.translators import KerasTranslator
 from kmt.plots import curves_title, plot_curves, read_history
 from kmt.run_dir import write_atomically
 from kmt.training.checkpointing import EpochCheckpoint, UpdateCheckpoint
