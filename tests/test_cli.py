@@ -237,6 +237,7 @@ def test_evaluate_rejects_mismatched_files(smoke_run, tmp_path, capsys):
     assert status == 2 and "has 2 lines but" in line
 
 
+@pytest.mark.e2e
 def test_export_rebuilds_from_a_checkpoint(smoke_run, tmp_path, capsys):
     from kmt.cli import export, translate
 
@@ -271,6 +272,7 @@ def test_export_rebuilds_from_a_checkpoint(smoke_run, tmp_path, capsys):
     assert status == 2 and "needs 9 epoch checkpoints" in line
 
 
+@pytest.mark.e2e
 def test_export_ensembles_runs_that_share_a_vocabulary(smoke_run, tmp_path, capsys):
     from omegaconf import OmegaConf
 

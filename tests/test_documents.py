@@ -163,6 +163,7 @@ def test_a_file_kmt_cannot_read_is_one_line(tmp_path):
         document_of(tmp_path / "latin1.txt")
 
 
+@pytest.mark.e2e
 def test_kmt_translate_writes_each_format_with_the_models_translations(smoke_run, tmp_path, capsys):
     from kmt.cli import translate
     from kmt.inference.loading import load_translator
