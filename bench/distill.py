@@ -1,6 +1,6 @@
 """Sequence-level knowledge distillation on Multi30k (Kim & Rush, 2016): a teacher and the student it taught.
 
-    python bench/distill.py en_de --teacher runs/multi30k_en_de/<time> --student-minutes 85
+    python bench/distill.py en_de --teacher runs/multi30k_en_de/<time> --student-minutes 85 [OVERRIDE ...]
 
 1. The teacher's CTranslate2 int8 directory (`kmt-export --format ctranslate2 --quantization int8`, made if
    missing) translates Multi30k's training sources with beam 5 into OUTPUT/distilled.de: the distilled targets.
@@ -36,7 +36,7 @@ def parse_args(argv=None):
     parser.add_argument("--sentences", type=int, default=1000, help="test sentences timed (default: 1000)")
     parser.add_argument("--repeats", type=int, default=2, help="timing rounds (default: 2)")
     parser.add_argument("overrides", nargs="*", help="more of the student's kmt-train overrides (key=value)")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # overrides may follow the options
     if args.sentences < 1 or args.repeats < 1 or args.student_minutes <= 0:
         parser.error("--sentences, --repeats and --student-minutes must be positive")
     return args
@@ -55,13 +55,21 @@ def lines_of(path):
 
 
 def exports(run_dir):
-    """`(SavedModel at beam 5, CTranslate2 int8 directory)` of a run, each made if missing."""
+    """`(SavedModel at beam 5, CTranslate2 int8 directory)` of a run, each made if missing from the weights its own
+    export has (the last epoch's, or the average of the last `trainer.average_last`)."""
+    import json
+
+    from omegaconf import OmegaConf
+
     run_dir = Path(run_dir)
     saved_model, ctranslate2 = run_dir / "export_beam5", run_dir / "ctranslate2_int8"
+    epochs = json.loads((run_dir / "metrics.json").read_text())["train"]["epochs"]
+    average = min(OmegaConf.load(run_dir / "config.yaml").trainer.average_last or 1, epochs)
+    weights = ["--average", average] if average > 1 else []
     if not (saved_model / "saved_model.pb").exists():
-        cli("export", run_dir, "--beam-size", 5, "--output", saved_model)
+        cli("export", run_dir, *weights, "--beam-size", 5, "--output", saved_model)
     if not (ctranslate2 / "model.bin").exists():
-        cli("export", run_dir, "--format", "ctranslate2", "--quantization", "int8")
+        cli("export", run_dir, *weights, "--format", "ctranslate2", "--quantization", "int8")
     return saved_model, ctranslate2
 
 

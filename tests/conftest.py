@@ -39,6 +39,7 @@ LONGEST = (
     "test_the_opus_mt_bench_imports",
     "test_the_steering_benches",
     "test_an_ensemble_export_decodes",
+    "test_the_page_translates_as_the_api_does",
 )
 
 
