@@ -109,7 +109,7 @@ def test_train_help_explains_groups_values_and_data_dir(monkeypatch, capsys):
     assert "Config groups (pick one with group=option):" in out
     assert "experiment: multi30k_de_en, multi30k_en_de" in out
     assert "\ndata: dates, multi30k, parallel, prepared, spa_eng, wmt14_en_de\n" in out  # options only
-    assert "\nmodel: base, big, lstm, narrow, small, tiny\n" in out and "trainer: default\n" in out
+    assert "\nmodel: base, big, lstm, narrow, small, student, tiny\n" in out and "trainer: default\n" in out
     assert "  sampling_topk: 1" in out and "  init_from: ''" in out
     assert "Corpora are read from $KMT_DATA_DIR" in out
 
