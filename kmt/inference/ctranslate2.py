@@ -31,7 +31,7 @@ from pathlib import Path
 from kmt.errors import KmtError
 from kmt.inference.glossary import MARKERS
 from kmt.inference.settings import SearchSettings
-from kmt.inference.translators import BatchedTranslator, Hypothesis, Score, scorable
+from kmt.inference.translators import BatchedTranslator, Hypothesis, Score
 from kmt.run_dir import read_json, write_atomically
 from kmt.special_ids import END_ID, PAD_ID, START_ID
 from kmt.tokenizer import Vocabularies
@@ -285,10 +285,7 @@ class CT2Translator(BatchedTranslator):
 
     def _score_batch(self, sources, targets):
         """As the SavedModel's `score`: the log-probabilities of the target's tokens and the end token."""
-        source_rows = self.vocabularies.source.encode(sources)
-        target_rows = self.vocabularies.target.encode(targets)
-        fits = scorable(source_rows, target_rows, self.max_length, self.vocabularies.source.added)
-        results = [Score(math.nan, len(t) + 1) for t in target_rows]
+        source_rows, target_rows, fits, results = self._scoring_rows(sources, targets)
         if fits:
             outputs = self.translator.score_batch(
                 [[self.source_pieces[i] for i in source_rows[j]] for j in fits],

@@ -6,15 +6,7 @@ import math
 
 from kmt.inference.glossary import MARKERS
 from kmt.inference.settings import SearchSettings
-from kmt.inference.translators import (
-    BatchedTranslator,
-    Hypothesis,
-    Score,
-    padded,
-    phrase_array,
-    scorable,
-    translate_signatures,
-)
+from kmt.inference.translators import BatchedTranslator, Hypothesis, Score, padded, phrase_array, translate_signatures
 from kmt.special_ids import END_ID
 
 logger = logging.getLogger(__name__)
@@ -112,10 +104,7 @@ class KerasTranslator(BatchedTranslator):
 
         from kmt.inference.score import score_ids
 
-        source_rows = self.vocabularies.source.encode(sources)
-        target_rows = self.vocabularies.target.encode(targets)
-        fits = scorable(source_rows, target_rows, self.max_length, self.vocabularies.source.added)
-        results = [Score(math.nan, len(t) + 1) for t in target_rows]
+        source_rows, target_rows, fits, results = self._scoring_rows(sources, targets)
         if fits:
             scores, _ = score_ids(
                 self.model, padded([source_rows[i] for i in fits]), padded([target_rows[i] for i in fits])

@@ -264,6 +264,14 @@ class BatchedTranslator:
     def _align_batch(self, sources, targets):  # -> [alignment pairs for each pair]
         raise NotImplementedError
 
+    def _scoring_rows(self, sources, targets):
+        """`(source rows, target rows, the pairs that fit, results)` of a batch to score: each pair that does not fit
+        the model's length keeps its NaN `Score`."""
+        source_rows = self.vocabularies.source.encode(sources)
+        target_rows = self.vocabularies.target.encode(targets)
+        fits = scorable(source_rows, target_rows, self.max_length, self.vocabularies.source.added)
+        return source_rows, target_rows, fits, [Score(math.nan, len(t) + 1) for t in target_rows]
+
 
 def check_phrases(line, phrases):
     """Line `line`'s constraints as a list of str, each with text: an empty one is a `KmtError` naming its line."""
