@@ -16,7 +16,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
-from tests.helpers import shared_once  # noqa: E402
+from tests.helpers import shared_folder, shared_once  # noqa: E402
 
 OPTIONAL = "an optional dependency"  # in the reason of every skip for a missing optional package (helpers.optional)
 
@@ -86,6 +86,20 @@ def _fresh_keras_state():
     keras.config.set_dtype_policy("float32")
     yield
     keras.config.set_dtype_policy("float32")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _jax_compilation_cache(tmp_path_factory):
+    """The JAX processes tests start keep what XLA compiles in JAX's persistent compilation cache, one folder for the
+    run: a resumed run, a second worker or a later test with the same shapes loads the program instead of compiling it
+    again (compiling is most of a tiny JAX run). A cache folder of the caller's own is left as it is."""
+    if "JAX_COMPILATION_CACHE_DIR" in os.environ:
+        yield
+        return
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(shared_folder(tmp_path_factory) / "jax_cache")
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # the tests' programs each compile in under 1 s
+    yield
+    del os.environ["JAX_COMPILATION_CACHE_DIR"], os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]
 
 
 def _cli_build(*args):

@@ -17,18 +17,22 @@ def compose_config(*overrides):
         return compose(["debug=smoke", *overrides])
 
 
+def shared_folder(tmp_path_factory):
+    """A folder of this pytest run that every pytest-xdist worker sees: $KMT_TEST_SHARED where set (.ci/run: one
+    folder for its default and e2e tiers), else the run's base temporary folder."""
+    if os.environ.get("KMT_TEST_SHARED"):
+        return Path(os.environ["KMT_TEST_SHARED"])
+    shared = tmp_path_factory.getbasetemp()
+    return shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared  # each worker's base lies in the run's
+
+
 def shared_once(tmp_path_factory, name, build):
     """The folder `name`, built once for the whole session by `build(folder)`, also under pytest-xdist (which makes a
-    session fixture once in every worker): the first worker to ask builds it under a file lock, in a folder of the
-    run that every worker sees, and marks it done last; the others wait for it, then read it. With $KMT_TEST_SHARED
-    set, that folder is it, so that several pytest runs share what the first built."""
+    session fixture once in every worker): the first worker to ask builds it under a file lock, in `shared_folder`,
+    and marks it done last; the others wait for it, then read it."""
     import fcntl
 
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent  # each worker's base folder lies in the run's
-    if os.environ.get("KMT_TEST_SHARED"):  # .ci/run: one folder for its default and e2e tiers, built by the first
-        shared = Path(os.environ["KMT_TEST_SHARED"])
+    shared = shared_folder(tmp_path_factory)
     folder, done = shared / name, shared / f"{name}.done"
     with open(shared / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
