@@ -27,6 +27,15 @@ SavedModels' search settings and the same alpha (CTranslate2 divides by length^a
 --tokenized-reference (aligned with the sentences, before any --min-source-tokens selection) each variant's
 translations at the largest batch size are scored with tokenized BLEU (`kmt.metrics.tokenized_bleu`).
 
+With --transformers CHECKPOINT_DIR (the MarianMT checkpoint a `kmt-import` run came from; needs `pip install -e
+".[bench]"`) the run's SavedModel (cached) is timed against transformers' `generate` on that checkpoint (PyTorch,
+eager, as many threads as there are cores), greedy and beam 4, both searches held to `--max-tokens` output tokens
+(random weights seldom end a sentence), with no length penalty and the pad token never generated (as OPUS-MT's
+generation config has it); transformers' outputs are counted with the run's vocabulary too.
+
+    python bench/decode_speed.py RUN --transformers CKPT --source S --sentences 64 --max-tokens 40
+    python bench/opus_mt.py --transformers --vocab-size 15000 --max-tokens 40   # makes CKPT and RUN, then the above
+
 With --against OTHER_RUN_DIR the two runs' models (say a `model=lstm` run and a Transformer) are timed side by side
 instead: each exported once greedy and once with beam 4 (cached, each run's own search settings), every output
 counted with the first run's target vocabulary so that tokens/s share one yardstick; the ratios are the other run's
@@ -61,6 +70,11 @@ CT2_VARIANTS = {  # name -> (engine, beam size): the SavedModel (cached), or CTr
     for engine in ("SavedModel", "CT2 float32", "CT2 int8")
 }
 SEARCH_KEYS = ("length_penalty", "max_length_a", "max_length_b")
+REFERENCE_VARIANTS = {  # name -> (engine, beam size): kmt's SavedModel (cached) or transformers' generate
+    f"{engine} {search}": (engine, beam_size)
+    for search, beam_size in [("greedy", 1), (f"beam{BEAM_SIZE}", BEAM_SIZE)]
+    for engine in ("SavedModel", "transformers")
+}
 
 
 def parse_args(argv=None):
@@ -88,6 +102,17 @@ def parse_args(argv=None):
         help="time this run's model against another run's (same source language), greedy and beam 4",
     )
     parser.add_argument(
+        "--transformers",
+        metavar="CHECKPOINT_DIR",
+        help="time the SavedModel against transformers' generate on the MarianMT checkpoint the run was imported "
+        "from, greedy and beam 4",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        help="with --transformers: most output tokens a sentence, for both (default: the run's decode limits)",
+    )
+    parser.add_argument(
         "--tokenized-reference",
         help="tokenized, lowercased references aligned with the sentences (Multi30k's tok/ files): "
         "report each variant's tokenized BLEU",
@@ -102,8 +127,10 @@ def parse_args(argv=None):
             parser.error(f"--{name} must be at least 1. Received: {getattr(args, name)}")
     if min(args.batch_sizes) < 1:
         parser.error(f"--batch-sizes must be at least 1. Received: {args.batch_sizes}")
-    if args.against and args.ctranslate2:
-        parser.error("--against and --ctranslate2 are two different comparisons: choose one")
+    if sum(map(bool, (args.against, args.ctranslate2, args.transformers))) > 1:
+        parser.error("--against, --ctranslate2 and --transformers are different comparisons: choose one")
+    if args.max_tokens is not None and not (args.transformers and args.max_tokens >= 1):
+        parser.error("--max-tokens goes with --transformers and must be at least 1")
     return args
 
 
@@ -177,6 +204,41 @@ def export_variants(cfg, vocabularies, model, directory, ctranslate2=False):
             variants[name] = lambda batch, translator=translators[engine], beam_size=beam_size: translator.translate(
                 batch, settings=translator.settings.replace(beam_size=beam_size)
             )
+    return variants, search
+
+
+def reference_variants(cfg, vocabularies, model, directory, checkpoint, max_tokens):
+    """`--transformers`: the run's SavedModel (cached) and transformers' `generate` on `checkpoint`, greedy and beam
+    `BEAM_SIZE`, both held to `max_tokens` output tokens when given: `(name -> translate, search settings)`."""
+    import torch
+    from transformers import MarianMTModel, MarianTokenizer
+
+    search = search_settings(cfg)
+    if max_tokens:
+        search = {**search, "max_length_a": 0.0, "max_length_b": max_tokens}
+    torch.set_num_threads(os.cpu_count())
+    tokenizer = MarianTokenizer.from_pretrained(checkpoint)
+    reference = MarianMTModel.from_pretrained(checkpoint).eval()
+    # kmt's beam search divides by GNMT's length penalty, generate by length: with alpha 0 both compare raw sums
+    search["length_penalty"] = 0.0
+
+    def generate(batch, beam_size):
+        inputs = tokenizer(batch, padding=True, truncation=True, return_tensors="pt")
+        options = dict(num_beams=beam_size, do_sample=False)
+        if beam_size > 1:
+            options.update(length_penalty=0.0, early_stopping=True)
+        if max_tokens:  # without a forced end token at the limit: kmt's searches stop there without one
+            options.update(max_new_tokens=max_tokens, max_length=None, forced_eos_token_id=None)
+        with torch.inference_mode():
+            ids = reference.generate(**inputs, **options)
+        return tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+    variants = {}
+    for name, (engine, beam_size) in REFERENCE_VARIANTS.items():
+        if engine == "SavedModel":
+            variants[name] = saved_model(model, vocabularies, search, Path(directory) / f"beam{beam_size}", beam_size)
+        else:
+            variants[name] = lambda batch, beam_size=beam_size: generate(batch, beam_size)
     return variants, search
 
 
@@ -269,9 +331,12 @@ def summarize(results, batch_sizes, pairs):
     return rows, speedups
 
 
-def comparisons(ctranslate2, names=None):
-    """`(variant, baseline)` pairs: cached over uncached, each CTranslate2 variant over the SavedModel, or with the
-    two runs' `names` (`--against`) the other run's over the first's."""
+def comparisons(ctranslate2, names=None, transformers=False):
+    """`(variant, baseline)` pairs: cached over uncached, each CTranslate2 variant over the SavedModel, the
+    SavedModel over transformers' `generate`, or with the two runs' `names` (`--against`) the other run's over the
+    first's."""
+    if transformers:
+        return [(f"SavedModel {search}", f"transformers {search}") for search in ("greedy", f"beam{BEAM_SIZE}")]
     if names:
         return [(f"{names[1]} {search}", f"{names[0]} {search}") for search in ("greedy", f"beam{BEAM_SIZE}")]
     if not ctranslate2:
@@ -319,10 +384,15 @@ def main(argv=None):
             variants, search = run_variants(
                 [(names[0], cfg, vocabularies, model), (names[1], *other)], args.out or scratch
             )
+        elif args.transformers:
+            variants, search = reference_variants(
+                cfg, vocabularies, model, args.out or scratch, args.transformers, args.max_tokens
+            )
         else:
             variants, search = export_variants(cfg, vocabularies, model, args.out or scratch, args.ctranslate2)
         results = measure(variants, sentences, args.batch_sizes, args.repeats, count_tokens)
-    rows, speedups = summarize(results, args.batch_sizes, comparisons(args.ctranslate2, names))
+    pairs = comparisons(args.ctranslate2, names, bool(args.transformers))
+    rows, speedups = summarize(results, args.batch_sizes, pairs)
     bleu = {}
     if args.tokenized_reference:
         bleu = bleu_scores(results, len(sentences), args.tokenized_reference, lines, cfg.data.target_lang)
@@ -368,6 +438,7 @@ def main(argv=None):
         repeats=args.repeats,
         search=dict(search),  # with --against: each run's, by its label
         against=str(args.against) if args.against else None,
+        transformers=str(args.transformers) if args.transformers else None,
         rows=rows,
         speedups=speedups,
         tokenized_bleu=bleu,

@@ -4,6 +4,7 @@ against CTranslate2 (float32 and int8) at batch 1 and 64.
     python bench/opus_mt.py                      # d=512, 6+6 layers, 8 heads, d_ff 2048, 58,101 shared pieces
     python bench/opus_mt.py --sentences 32 --repeats 2
     python bench/opus_mt.py --tiny               # the same path at test size (tests/test_bench.py)
+    python bench/opus_mt.py --transformers --vocab-size 15000 --max-tokens 40   # the SavedModel vs transformers
 
 The checkpoint is what `tests/marian_checkpoint.py` writes: a `MarianMTModel` of random weights saved by transformers
 (needs `transformers` and PyTorch), the size of Helsinki-NLP's opus-mt models, its vocab.json padded to 58,101 pieces.
@@ -12,7 +13,9 @@ runs to its length limit (1.5 x source length + 10). No translation quality is m
 
 `kmt-import`'s work (`kmt.importers.marian.import_marian`: reading, reordering, building and saving the model) is timed
 in this process, after TensorFlow is imported; the exports are `kmt.export`'s. Decode speed is `bench/decode_speed.py
-RUN_DIR --ctranslate2` on the imported run, with sentences made of the checkpoint's corpus words.
+RUN_DIR --ctranslate2` on the imported run, with sentences made of the checkpoint's corpus words; with
+`--transformers`, `bench/decode_speed.py RUN_DIR --transformers CHECKPOINT`: the SavedModel against transformers'
+`generate` on the checkpoint it was imported from.
 """
 
 import argparse
@@ -40,6 +43,17 @@ def parse_args(argv=None):
     parser.add_argument("--repeats", type=int, default=3, help="timed passes over the sentences (default: 3)")
     parser.add_argument("--batch-sizes", default="1,64", help="comma-separated batch sizes (default: 1,64)")
     parser.add_argument("--tiny", action="store_true", help="a model of test size instead of OPUS-MT's")
+    parser.add_argument(
+        "--vocab-size", type=int, default=OPUS_MT["vocab_size"], help="vocab.json's entries (default: 58,101)"
+    )
+    parser.add_argument(
+        "--transformers",
+        action="store_true",
+        help="time the SavedModel against transformers' generate instead of CTranslate2",
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, help="with --transformers: most output tokens a sentence (default: the run's)"
+    )
     return parser.parse_args(argv)
 
 
@@ -63,7 +77,7 @@ def main(argv=None):
     from kmt.importers.marian import import_marian
     from kmt.tokenizer import Vocabularies
 
-    shape = TINY if args.tiny else OPUS_MT
+    shape = TINY if args.tiny else {**OPUS_MT, "vocab_size": args.vocab_size}
     with tempfile.TemporaryDirectory(prefix="opus_mt_") as scratch:
         scratch = Path(scratch)
         make_checkpoint(scratch / "hf", **shape)
@@ -91,7 +105,8 @@ def main(argv=None):
         decode_speed.main(
             [
                 str(run),
-                "--ctranslate2",
+                *(["--transformers", str(scratch / "hf")] if args.transformers else ["--ctranslate2"]),
+                *(["--max-tokens", str(args.max_tokens)] if args.max_tokens else []),
                 "--source",
                 str(source),
                 "--sentences",

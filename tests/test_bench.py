@@ -145,14 +145,36 @@ def test_the_opus_mt_bench_imports_exports_and_times_the_savedmodel_against_ctra
 
 
 @pytest.mark.e2e
+def test_the_opus_mt_bench_times_the_savedmodel_against_transformers_generate():
+    optional("transformers", "pip install transformers (the bench builds its checkpoint with it)")
+    result = run_bench(
+        "opus_mt", "--tiny", "--transformers", "--max-tokens", "6", "--sentences", "2", "--repeats", "1",
+        "--batch-sizes", "2",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    decoded = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")][-1]
+    assert decoded["search"]["max_length_b"] == 6 and decoded["search"]["length_penalty"] == 0
+    assert {(row["variant"], row["batch"]) for row in decoded["rows"]} == {
+        (f"{engine} {search}", 2) for engine in ("SavedModel", "transformers") for search in ("greedy", "beam4")
+    }
+    assert all(0 < row["mean_output_tokens"] <= 6 for row in decoded["rows"])
+    (greedy,) = [row for row in decoded["speedups"] if row["variant"] == "SavedModel greedy"]
+    assert greedy["over"] == "transformers greedy" and greedy["same_translations"]  # the import's greedy parity
+
+
+@pytest.mark.e2e
 def test_decode_speed_refuses_two_comparisons_at_once_in_one_line():
     result = run_bench("decode_speed", "RUN", "--against", "OTHER", "--ctranslate2")
     assert result.returncode == 2
     assert (
         result.stderr.strip()
         .splitlines()[-1]
-        .endswith("--against and --ctranslate2 are two different comparisons: choose one")
+        .endswith("--against, --ctranslate2 and --transformers are different comparisons: choose one")
     )
+    result = run_bench("decode_speed", "RUN", "--max-tokens", "40")
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.endswith("--max-tokens goes with --transformers and must be at least 1")
 
 
 def _processes_in(directory):
