@@ -44,7 +44,7 @@ from kmt.inference.glossary import Glossary
 from kmt.serving.batching import Batcher, DecodingFailed, QueueFull, Unbatched
 from kmt.serving.libretranslate import LibreTranslate
 from kmt.serving.metrics import CLIENT_GONE, AccessLog, Metrics
-from kmt.serving.model import load_model
+from kmt.serving.model import load_model, warm_up
 from kmt.serving.protocol import (
     RequestError,
     metadata_response,
@@ -122,9 +122,7 @@ def create_app(models, settings, on_load_failure=lambda: None):
     @contextlib.asynccontextmanager
     async def lifespan(app):
         loading = asyncio.create_task(_load_all(state, on_load_failure))
-        with tempfile.TemporaryDirectory(
-            prefix="kmt-serve-files-"
-        ) as files:  # /translate_file's, for the server's life
+        with tempfile.TemporaryDirectory(prefix="kmt-serve-files-") as files:  # /translate_file's, while it runs
             state.libre.files = Path(files)
             yield
         await loading
@@ -350,12 +348,7 @@ async def _load(state, served, on_load_failure):
         model = await asyncio.to_thread(load_model, model_path)
         if settings.glossary is not None and not model.inline_terms and "translate_constrained" not in model.signatures:
             raise KmtError(f"--glossary needs a model that can constrain a translation; {model_path} cannot")
-        for name, signature in model.signatures.items():
-            inputs = {  # one sentence; a list of strings for a [None, None] input
-                key: [["warm up"]] if tensor.shape is not None and len(tensor.shape) == 2 else ["warm up"]
-                for key, tensor in signature.inputs.items()
-            }
-            await asyncio.to_thread(model.run, name, inputs)
+        await asyncio.to_thread(warm_up, model)
     except Exception as error:
         logger.error("could not load %s: %s", model_path, " ".join(str(error).split()))
         on_load_failure()

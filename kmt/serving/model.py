@@ -56,6 +56,17 @@ def load_model(path):
 BATCH_SIZE = 1024  # most sentences one `run` decodes together
 
 
+def warm_up(model):
+    """Runs each of `model`'s signatures once on one sentence (tracing, kernel set-up), so that the first request
+    pays for none of it."""
+    for name, signature in model.signatures.items():
+        inputs = {  # a list of strings for a [None, None] input
+            key: [["warm up"]] if tensor.shape is not None and len(tensor.shape) == 2 else ["warm up"]
+            for key, tensor in signature.inputs.items()
+        }
+        model.run(name, inputs)
+
+
 class TranslatorRunner:
     """A `kmt.inference.translators.Translator` (a CTranslate2 directory, a run directory's Keras model; its own
     search settings) behind the SavedModel's text-to-text signatures: `translate` and `serving_default` (`text` in,
