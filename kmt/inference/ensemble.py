@@ -14,7 +14,8 @@ def ensemble_members(model):
     if not models:
         raise ValueError("An ensemble needs at least one model. Received: an empty list")
     for member in models:
-        if not isinstance(member, Seq2SeqModel):
+        # A SavedModel's module decodes through `kmt.inference.translator.SharedGraphs`, a model's stand-in.
+        if not isinstance(getattr(member, "shared_model", member), Seq2SeqModel):
             raise ValueError(
                 "Decoding needs a kmt.models.Seq2SeqModel (a model.keras saved before kmt's models were "
                 "classes loads with kmt.checkpoints.load_run_keras). Received: model "
