@@ -35,6 +35,7 @@ SCRIPTS = [
     "opus_mt",
     "prefix_speed",
     "serve_load",
+    "startup",
     "terminology",
     "train_throughput",
     "web_page",
@@ -524,3 +525,28 @@ def test_the_steering_benches_score_alignments_by_layer_and_time_prefixed_and_co
     assert "beam 2, length penalty 1.0," in result.stdout
     assert figures["sentences"] == 3 and 3 <= figures["phrases"] <= 9 and figures["satisfied"] == figures["fitted"]
     assert [row["signature"] for row in figures["rows"]] == ["translate", "translate_constrained"]
+
+
+@pytest.mark.e2e
+def test_the_startup_bench_times_each_command_for_a_savedmodel_and_a_ctranslate2_directory(smoke_run, tmp_path):
+    from kmt.cli import export
+
+    export.main([str(smoke_run), "--format", "ctranslate2", "--output", str(tmp_path / "ct2")])
+    result = run_bench("startup", smoke_run, "--ctranslate2", tmp_path / "ct2", "--repeats", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads(result.stdout.splitlines()[-1])["rows"]
+    commands = ["kmt-translate", "kmt-serve listening", "kmt-serve ready"]
+    assert [(row["command"], row["format"]) for row in rows] == [("import tensorflow", ""), ("import kmt", "")] + [
+        (command, fmt) for command in commands for fmt in ("SavedModel", "CTranslate2")
+    ]
+    assert all(0 < row["min_s"] == row["median_s"] == row["max_s"] for row in rows)  # one round
+    seconds = {(row["command"], row["format"]): row["median_s"] for row in rows}
+    for fmt in ("SavedModel", "CTranslate2"):
+        assert seconds[("kmt-serve listening", fmt)] <= seconds[("kmt-serve ready", fmt)]
+    assert "| kmt-translate | CTranslate2 |" in result.stdout
+
+    result = run_bench("startup", "--export", tmp_path / "ct2")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert (
+        result.stderr.strip().splitlines()[-1].endswith(f"{tmp_path / 'ct2'} is not a SavedModel (no saved_model.pb)")
+    )

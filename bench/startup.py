@@ -1,0 +1,168 @@
+"""Start-up: seconds before a command's first output, for a SavedModel export and a CTranslate2 directory side by
+side, each command a fresh process, in rounds whose order rotates.
+
+    python bench/startup.py RUN_DIR                              # its export/ and, if there, its ctranslate2/
+    python bench/startup.py RUN_DIR --ctranslate2 CT2_DIR --repeats 5
+    python bench/startup.py --export EXPORT_DIR --ctranslate2 CT2_DIR
+
+Rows:
+- `python -c "import tensorflow"`: the floor of every command that loads a SavedModel;
+- `python -c "import kmt"`;
+- `kmt-translate EXPORT`, one sentence piped in (`--sentence`), the whole command until it exits;
+- `kmt-serve EXPORT`, until it prints that it is listening (its port answers; `/readyz` still says 503 while the
+  model loads), and until `/readyz` answers 200 (the model loaded and warmed up).
+
+Figures: median, min and max over `--repeats` rounds. The commands are the console scripts beside this Python
+(`kmt-translate`, `kmt-serve`), run as a user types them, in this environment.
+"""
+
+import argparse
+import http.client
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from common import hardware, median, print_json, print_table, require_positive  # bench/ is on sys.path
+
+TIMEOUT_S = 300
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", nargs="?", help="a kmt-train run directory: its export/ and ctranslate2/")
+    parser.add_argument("--export", help="the SavedModel export to time (default: RUN_DIR/export)")
+    parser.add_argument(
+        "--ctranslate2", help="a kmt-export --format ctranslate2 directory (default: RUN_DIR/ctranslate2, if there)"
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="rounds; figures are their medians (default: 3)")
+    parser.add_argument("--sentence", default="5 May 1999", help="what kmt-translate translates (default: a date)")
+    args = parser.parse_args(argv)
+    require_positive(parser, args, "repeats")
+    if not (args.run_dir or args.export):
+        parser.error("pass a run directory or --export EXPORT_DIR")
+    run = Path(args.run_dir) if args.run_dir else None
+    args.export = Path(args.export) if args.export else run / "export"
+    if args.ctranslate2 is None and run and (run / "ctranslate2").is_dir():
+        args.ctranslate2 = run / "ctranslate2"
+    for name, path in (("export", args.export), ("ctranslate2", args.ctranslate2)):
+        if path is not None and not (Path(path) / ("saved_model.pb" if name == "export" else "model.bin")).is_file():
+            what = "SavedModel (no saved_model.pb)" if name == "export" else "CTranslate2 directory (no model.bin)"
+            parser.error(f"{path} is not a {what}")
+    return args
+
+
+def command(name):
+    """The console script `name` beside this Python, as a user runs it (or `python -m kmt.cli.<module>`)."""
+    script = Path(sys.executable).with_name(name)
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-m", f"kmt.cli.{name.removeprefix('kmt-')}"]
+
+
+def seconds(argv, stdin=None):
+    """Wall seconds of a whole command; exits the bench with its last line of stderr if it fails."""
+    started = time.perf_counter()
+    result = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=TIMEOUT_S)
+    elapsed = time.perf_counter() - started
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SystemExit(f"error: {' '.join(map(str, argv))} failed: {last}")
+    return elapsed
+
+
+def serve_seconds(export):
+    """`(listening, ready)`: seconds until kmt-serve says it listens, and until its /readyz answers 200."""
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        [*command("kmt-serve"), str(export), "--port", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    found, lines = {}, []
+
+    def read():
+        for line in process.stderr:
+            lines.append(line)
+            listening = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+            if listening and "port" not in found:
+                found["listening"], found["port"] = time.perf_counter() - started, int(listening[1])
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        while time.perf_counter() - started < TIMEOUT_S and process.poll() is None:
+            if "port" in found and readyz(found["port"]) == 200:
+                return found["listening"], time.perf_counter() - started
+            time.sleep(0.01)
+        last = (lines or ["(no output)"])[-1].strip()
+        raise SystemExit(f"error: kmt-serve {export} did not become ready: {last}")
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+
+
+def readyz(port):
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        connection.request("GET", "/readyz")
+        return connection.getresponse().status
+    except OSError:
+        return None
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    formats = {"SavedModel": args.export, **({"CTranslate2": args.ctranslate2} if args.ctranslate2 else {})}
+    rows = {
+        "import tensorflow": {"floor": [sys.executable, "-c", "import tensorflow"]},
+        "import kmt": {"floor": [sys.executable, "-c", "import kmt"]},
+    }
+    times = {
+        (row, fmt): [] for row in (*rows, "kmt-translate", "kmt-serve listening", "kmt-serve ready") for fmt in formats
+    }
+    jobs = [(row, None) for row in rows] + [(kind, fmt) for kind in ("translate", "serve") for fmt in formats]
+    print(f"{len(jobs)} commands, {args.repeats} rounds, on {hardware()}", file=sys.stderr)
+    for round_ in range(args.repeats):
+        shift = round_ % len(jobs)
+        for row, fmt in jobs[shift:] + jobs[:shift]:  # a rotating order: no command always runs first
+            if fmt is None:
+                times[(row, next(iter(formats)))].append(seconds(rows[row]["floor"]))
+            elif row == "translate":
+                argv = [*command("kmt-translate"), str(formats[fmt])]
+                times[("kmt-translate", fmt)].append(seconds(argv, stdin=args.sentence + "\n"))
+            else:
+                listening, ready = serve_seconds(formats[fmt])
+                times[("kmt-serve listening", fmt)].append(listening)
+                times[("kmt-serve ready", fmt)].append(ready)
+    table = []
+    for (row, fmt), values in times.items():
+        if values:
+            table.append(
+                {
+                    "command": row,
+                    "format": fmt if row.startswith("kmt-") else "",
+                    "median_s": median(values),
+                    "min_s": min(values),
+                    "max_s": max(values),
+                }
+            )
+    print_table(
+        table,
+        [
+            ("command", "command"),
+            ("format", "format"),
+            ("median_s", "median s"),
+            ("min_s", "min s"),
+            ("max_s", "max s"),
+        ],
+    )
+    print_json(
+        "startup", repeats=args.repeats, export=str(args.export), ctranslate2=str(args.ctranslate2 or ""), rows=table
+    )
+
+
+if __name__ == "__main__":
+    main()
