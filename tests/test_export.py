@@ -212,3 +212,15 @@ def test_an_ensemble_export_decodes_and_scores_with_every_model(model_and_vocabu
     export_translator(ensemble, tmp_path / "ensemble")
     translations, nbest_shape, nbest_first, _ = _reload_and_translate(tmp_path / "ensemble", sentences)
     assert translations == nbest_first == expected and nbest_shape == [4, 3]
+
+
+def test_the_signatures_share_one_encoder_one_decoder_step_and_one_alignment(smoke_run):
+    """`kmt.inference.translator.SharedGraphs`: the export stores each once, however many signatures call it."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel.FromString((smoke_run / "export" / "saved_model.pb").read_bytes())
+    graph = saved_model.meta_graphs[0]
+    names = [function.signature.name for function in graph.graph_def.library.function]
+    for shared in ("encode", "decode_step", "alignment"):
+        assert sum(name.startswith(f"__inference_{shared}_") for name in names) == 1, names
+    assert {"translate", "translate_prefix", "translate_align", "align", "score"} <= set(graph.signature_def)
