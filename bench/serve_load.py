@@ -111,9 +111,11 @@ def train_dates(directory):
 
 
 class Server:
-    """A kmt-serve process on a free port of 127.0.0.1, ready once its /readyz answers."""
+    """A kmt-serve process on a free port of 127.0.0.1, ready once its /readyz answers; `listening_s` and
+    `ready_s` are the seconds from its start until it said it listens and until /readyz answered 200."""
 
     def __init__(self, export, flags, timeout=180):
+        started = time.perf_counter()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "kmt.cli.serve", str(export), "--port", "0", "--max-queue", "4096", *flags],
             stderr=subprocess.PIPE,
@@ -122,19 +124,20 @@ class Server:
             env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"},
         )
         self.port = None
-        threading.Thread(target=self._read, daemon=True).start()
-        deadline = time.monotonic() + timeout
-        while self.process.poll() is None and time.monotonic() < deadline:
+        threading.Thread(target=self._read, args=(started,), daemon=True).start()
+        while self.process.poll() is None and time.perf_counter() - started < timeout:
             if self.port and self.get("/readyz")[0] == 200:
+                self.ready_s = time.perf_counter() - started
                 return
-            time.sleep(0.2)
+            time.sleep(0.02)
         self.process.kill()
         raise SystemExit("kmt-serve did not become ready")
 
-    def _read(self):
+    def _read(self, started):
         for line in self.process.stderr:
             found = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-            self.port = int(found[1]) if found else self.port
+            if found and self.port is None:
+                self.listening_s, self.port = time.perf_counter() - started, int(found[1])
             if " ERROR " in line or line.startswith(("ERROR", "error")):
                 print(line, end="", file=sys.stderr)
 

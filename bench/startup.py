@@ -12,20 +12,19 @@ Rows:
 - `kmt-serve EXPORT`, until it prints that it is listening (its port answers; `/readyz` still says 503 while the
   model loads), and until `/readyz` answers 200 (the model loaded and warmed up).
 
-Figures: median, min and max over `--repeats` rounds. The commands are the console scripts beside this Python
-(`kmt-translate`, `kmt-serve`), run as a user types them, in this environment.
+Figures: median, min and max over `--repeats` rounds. kmt-translate is the console script beside this Python, as a
+user types it; kmt-serve starts as bench/serve_load.py starts it.
 """
 
 import argparse
-import http.client
-import re
+import collections
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 from common import hardware, median, print_json, print_table, require_positive  # bench/ is on sys.path
+from serve_load import Server
 
 TIMEOUT_S = 300
 
@@ -54,7 +53,7 @@ def parse_args(argv=None):
     return args
 
 
-def command(name):
+def console_script(name):
     """The console script `name` beside this Python, as a user runs it (or `python -m kmt.cli.<module>`)."""
     script = Path(sys.executable).with_name(name)
     if script.is_file():
@@ -73,92 +72,39 @@ def seconds(argv, stdin=None):
     return elapsed
 
 
-def serve_seconds(export):
-    """`(listening, ready)`: seconds until kmt-serve says it listens, and until its /readyz answers 200."""
-    started = time.perf_counter()
-    process = subprocess.Popen(
-        [*command("kmt-serve"), str(export), "--port", "0"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    found, lines = {}, []
-
-    def read():
-        for line in process.stderr:
-            lines.append(line)
-            listening = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-            if listening and "port" not in found:
-                found["listening"], found["port"] = time.perf_counter() - started, int(listening[1])
-
-    threading.Thread(target=read, daemon=True).start()
-    try:
-        while time.perf_counter() - started < TIMEOUT_S and process.poll() is None:
-            if "port" in found and readyz(found["port"]) == 200:
-                return found["listening"], time.perf_counter() - started
-            time.sleep(0.01)
-        last = (lines or ["(no output)"])[-1].strip()
-        raise SystemExit(f"error: kmt-serve {export} did not become ready: {last}")
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
-
-
-def readyz(port):
-    try:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        connection.request("GET", "/readyz")
-        return connection.getresponse().status
-    except OSError:
-        return None
-
-
 def main(argv=None):
     args = parse_args(argv)
     formats = {"SavedModel": args.export, **({"CTranslate2": args.ctranslate2} if args.ctranslate2 else {})}
-    rows = {
-        "import tensorflow": {"floor": [sys.executable, "-c", "import tensorflow"]},
-        "import kmt": {"floor": [sys.executable, "-c", "import kmt"]},
-    }
-    times = {
-        (row, fmt): [] for row in (*rows, "kmt-translate", "kmt-serve listening", "kmt-serve ready") for fmt in formats
-    }
-    jobs = [(row, None) for row in rows] + [(kind, fmt) for kind in ("translate", "serve") for fmt in formats]
+    floors = {"import tensorflow": "import tensorflow", "import kmt": "import kmt"}
+    times = collections.defaultdict(list)  # (command, format) -> seconds, one per round
+
+    def run(job):
+        command, fmt = job
+        if command in floors:
+            times[(command, "")].append(seconds([sys.executable, "-c", floors[command]]))
+        elif command == "kmt-translate":
+            argv = [*console_script("kmt-translate"), str(formats[fmt])]
+            times[(command, fmt)].append(seconds(argv, stdin=args.sentence + "\n"))
+        else:
+            server = Server(formats[fmt], [])  # bench/serve_load.py's, as its load rows start it
+            server.stop()
+            times[("kmt-serve listening", fmt)].append(server.listening_s)
+            times[("kmt-serve ready", fmt)].append(server.ready_s)
+
+    jobs = [(command, None) for command in floors] + [(c, f) for c in ("kmt-translate", "kmt-serve") for f in formats]
     print(f"{len(jobs)} commands, {args.repeats} rounds, on {hardware()}", file=sys.stderr)
     for round_ in range(args.repeats):
         shift = round_ % len(jobs)
-        for row, fmt in jobs[shift:] + jobs[:shift]:  # a rotating order: no command always runs first
-            if fmt is None:
-                times[(row, next(iter(formats)))].append(seconds(rows[row]["floor"]))
-            elif row == "translate":
-                argv = [*command("kmt-translate"), str(formats[fmt])]
-                times[("kmt-translate", fmt)].append(seconds(argv, stdin=args.sentence + "\n"))
-            else:
-                listening, ready = serve_seconds(formats[fmt])
-                times[("kmt-serve listening", fmt)].append(listening)
-                times[("kmt-serve ready", fmt)].append(ready)
-    table = []
-    for (row, fmt), values in times.items():
-        if values:
-            table.append(
-                {
-                    "command": row,
-                    "format": fmt if row.startswith("kmt-") else "",
-                    "median_s": median(values),
-                    "min_s": min(values),
-                    "max_s": max(values),
-                }
-            )
-    print_table(
-        table,
-        [
-            ("command", "command"),
-            ("format", "format"),
-            ("median_s", "median s"),
-            ("min_s", "min s"),
-            ("max_s", "max s"),
-        ],
-    )
+        for job in jobs[shift:] + jobs[:shift]:  # a rotating order: no command always runs first
+            run(job)
+    order = [*floors, "kmt-translate", "kmt-serve listening", "kmt-serve ready"]
+    table = [
+        {"command": command, "format": fmt, "median_s": median(values), "min_s": min(values), "max_s": max(values)}
+        for (command, fmt), values in sorted(
+            times.items(), key=lambda item: (order.index(item[0][0]), item[0][1] != "SavedModel")
+        )
+    ]
+    print_table(table, ["command", "format", ("median_s", "median s"), ("min_s", "min s"), ("max_s", "max s")])
     print_json(
         "startup", repeats=args.repeats, export=str(args.export), ctranslate2=str(args.ctranslate2 or ""), rows=table
     )
