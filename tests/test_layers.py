@@ -129,7 +129,7 @@ def test_attention_cache_step_by_step_equals_full_causal_pass():
     x = rng.normal(size=(2, 6, 16)).astype("float32")
     attention = MultiHeadAttention(num_heads=4, key_dim=4)
     full = ops.convert_to_numpy(attention(x, x, attention_mask=causal_mask(6)[None]))
-    cache = ops.zeros((2, 2, 6, 4, 4))
+    cache = (ops.zeros((2, 4, 6, 4)), ops.zeros((2, 4, 6, 4)))  # keys, values: (B, H, L, d_k)
     for t in range(6):
         step, cache = attention(
             x[:, t : t + 1],

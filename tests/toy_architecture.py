@@ -33,9 +33,9 @@ class ParallelBlock(keras.layers.Layer):
         encoder_outputs: `(B, S, D)`, for cross-attention; None when `cross_attention_cache` is given.
         self_attention_mask: boolean, broadcastable to `(B, T, T)` (with a cache, to `(B, T, L)`).
         cross_attention_mask: boolean, broadcastable to `(B, T, S)`.
-        self_attention_cache: `(B, 2, L, H, D/H)` keys and values decoded so far, or None.
+        self_attention_cache: `(keys, values)`, each `(B, H, L, D/H)`, decoded so far, or None.
         self_attention_cache_update_index: where this call's T positions go in the cache.
-        cross_attention_cache: `(B, 2, S, H, D/H)`, the encoder's keys and values projected once, or None.
+        cross_attention_cache: `(keys, values)`, each `(B, H, S, D/H)`, the encoder's projected once, or None.
 
     Returns `(B, T, D)`; with a self-attention cache, `(outputs, updated cache)`.
     """
@@ -238,14 +238,15 @@ class ParallelTransformer(Seq2SeqModel):
         return [layer.cross_attention.compute_cache(encoder_outputs) for layer in self.decoder_layers], source_mask
 
     def initial_state(self, encoder_outputs, source_mask, max_length):
-        """Each decoder block's self-attention cache for L+1 positions, zeros: a list of `(N, 2, L+1, H, D/H)`."""
+        """Each decoder block's self-attention cache for L+1 positions, zeros: a list of `(keys, values)`, each
+        `(N, H, L+1, D/H)`."""
         rows, heads = ops.shape(encoder_outputs)[0], self.num_heads
-        shape = (rows, 2, max_length + 1, heads, self.hidden_dim // heads)
-        return [ops.zeros(shape, layer.compute_dtype) for layer in self.decoder_layers]
+        shape = (rows, heads, max_length + 1, self.hidden_dim // heads)
+        return [(ops.zeros(shape, layer.compute_dtype),) * 2 for layer in self.decoder_layers]
 
     def decode_step(self, tokens, index, state, context):
         cross_caches, source_mask = context
-        length = ops.shape(state[0])[2]  # L+1
+        length = ops.shape(state[0][0])[2]  # L+1
         token = ops.take(tokens, ops.reshape(index, (1,)), axis=1)  # (N, 1)
         self_mask = causal_mask(1, length, offset=index)[None, :, :]  # (1, 1, L+1): keys <= index
         y = self.target_embedding(token, start_index=index)  # (N, 1, D)

@@ -41,9 +41,10 @@ class MultiHeadAttention(keras.layers.Layer):
         value: `(B, S, D)` float tensor.
         key: `(B, S, D)` float tensor or None. Defaults to `value`.
         attention_mask: boolean tensor broadcastable to `(B, T, S)`, True where a query may attend to a key.
-        cache: `(B, 2, L, H, d_k)` keys and values (index 0 keys, 1 values) or None. With `cache_update_index`
-            None the cache is used as is (cross-attention: projected once per sentence); with an index, the keys
-            and values of `query`'s T positions are written into it there (self-attention, one step at a time).
+        cache: `(keys, values)`, each `(B, H, L, d_k)`, or None. With `cache_update_index` None the cache is used
+            as is (cross-attention: projected once per sentence); with an index, the keys and values of `query`'s T
+            positions are written into it there (self-attention, one step at a time). Heads come before positions
+            so that each step multiplies the cache as it lies, without transposing it.
         cache_update_index: int or scalar tensor, where in the cache's L axis the new keys and values go.
         return_attention_scores: bool. Also return the attention weights `(B, H, T, S)`.
         training: bool. Dropout acts only when True.
@@ -100,16 +101,17 @@ class MultiHeadAttention(keras.layers.Layer):
         self.weights_dropout = Dropout(self.dropout, dtype=self.dtype_policy, name="weights_dropout")
         self.built = True
 
-    def _split_heads(self, x, head_dim):
+    def _heads(self, x, head_dim):
+        """`(B, L, H*d)` -> `(B, H, L, d)`: the heads split off and put before the positions."""
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        return ops.reshape(x, (batch, length, self.num_heads, head_dim))  # (B, L, H, D/H)
+        return ops.transpose(ops.reshape(x, (batch, length, self.num_heads, head_dim)), (0, 2, 1, 3))
 
     def compute_cache(self, key, value=None):
-        """Projects `key` and `value` `(B, S, D)` once into a cache `(B, 2, S, H, d_k)` for cross-attention."""
+        """Projects `key` and `value` `(B, S, D)` once into a cache `(keys, values)`, each `(B, H, S, d_k)`, for
+        cross-attention."""
         value = key if value is None else value
-        keys = self._split_heads(self.key_dense(key), self.key_dim)  # (B, S, H, Dk)
-        values = self._split_heads(self.value_dense(value), self.value_dim or self.key_dim)  # (B, S, H, Dv)
-        return ops.stack([keys, values], axis=1)  # (B, 2, S, H, Dk)
+        keys = self._heads(self.key_dense(key), self.key_dim)  # (B, H, S, Dk)
+        return keys, self._heads(self.value_dense(value), self.value_dim or self.key_dim)  # (B, H, S, Dv)
 
     def call(
         self,
@@ -123,25 +125,25 @@ class MultiHeadAttention(keras.layers.Layer):
         training=None,
     ):
         key = value if key is None else key
-        queries = self._split_heads(self.query_dense(query), self.key_dim)  # (B, T, H, Dk)
+        queries = self._heads(self.query_dense(query), self.key_dim)  # (B, H, T, Dk)
 
         if cache is not None and cache_update_index is None:
-            keys, values = cache[:, 0], cache[:, 1]  # (B, S, H, Dk) each, projected earlier
+            keys, values = cache  # (B, H, S, Dk), (B, H, S, Dv), projected earlier
         else:
-            keys = self._split_heads(self.key_dense(key), self.key_dim)  # (B, S, H, Dk)
-            values = self._split_heads(self.value_dense(value), self.value_dim or self.key_dim)  # (B, S, H, Dv)
+            keys = self._heads(self.key_dense(key), self.key_dim)  # (B, H, S, Dk)
+            values = self._heads(self.value_dense(value), self.value_dim or self.key_dim)  # (B, H, S, Dv)
             if cache is not None:
-                start = [0, cache_update_index, 0, 0]
-                keys = ops.slice_update(cache[:, 0], start, keys)  # (B, L, H, Dk)
-                values = ops.slice_update(cache[:, 1], start, values)  # (B, L, H, Dv)
-                cache = ops.stack([keys, values], axis=1)  # (B, 2, L, H, Dk)
+                start = [0, 0, cache_update_index, 0]
+                keys = ops.slice_update(cache[0], start, keys)  # (B, H, L, Dk)
+                values = ops.slice_update(cache[1], start, values)  # (B, H, L, Dv)
+                cache = (keys, values)
 
         scale = ops.cast(1.0 / math.sqrt(self.key_dim), queries.dtype)
-        scores = ops.einsum("bthd,bshd->bhts", queries * scale, keys)  # (B, H, T, S)
+        scores = ops.einsum("bhtd,bhsd->bhts", queries * scale, keys)  # (B, H, T, S)
         scores = apply_mask(scores, attention_mask)
         # Softmax in float32 so mixed_float16 cannot overflow; cast back to the compute dtype.
         weights = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), queries.dtype)  # (B, H, T, S)
-        attended = ops.einsum("bhts,bshd->bthd", self.weights_dropout(weights, training=training), values)
+        attended = ops.einsum("bhts,bhsd->bthd", self.weights_dropout(weights, training=training), values)
         batch, length = ops.shape(attended)[0], ops.shape(attended)[1]
         attended = ops.reshape(attended, (batch, length, -1))  # (B, T, H*Dv): concatenate the heads
         output = self.output_dense(attended)  # (B, T, D)

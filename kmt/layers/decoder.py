@@ -31,9 +31,9 @@ class DecoderLayer(keras.layers.Layer):
             (`kmt.layers.masks.target_attention_mask`). With a cache, broadcastable to `(B, T, L)`.
         cross_attention_mask: boolean, broadcastable to `(B, T, S)`; real source tokens
             (`kmt.layers.masks.source_attention_mask`).
-        self_attention_cache: `(B, 2, L, H, D/H)` keys and values of the positions decoded so far, or None.
+        self_attention_cache: `(keys, values)`, each `(B, H, L, D/H)`, of the positions decoded so far, or None.
         self_attention_cache_update_index: where this call's T positions go in the cache.
-        cross_attention_cache: `(B, 2, S, H, D/H)` encoder keys and values projected once
+        cross_attention_cache: `(keys, values)`, each `(B, H, S, D/H)`, the encoder's projected once
             (`layer.cross_attention.compute_cache(encoder_outputs)`), or None.
         return_attention_scores: bool. Also return the cross-attention weights `(B, H, T, S)`, the alignments
             the paper visualises. Defaults to `False`.

@@ -308,25 +308,25 @@ class Transformer(Seq2SeqModel):
         return project(states, self.target_embedding, self.output_projection, self.output_bias)
 
     def decoding_context(self, encoder_outputs, source_mask):
-        """Each decoder layer's cross-attention keys and values, projected once (a list of `(N, 2, S, H, D/H)`),
-        and the source mask."""
+        """Each decoder layer's cross-attention keys and values, projected once (a list of `(keys, values)`, each
+        `(N, H, S, D/H)`), and the source mask."""
         return [layer.cross_attention.compute_cache(encoder_outputs) for layer in self.decoder_layers], source_mask
 
     def initial_state(self, encoder_outputs, source_mask, max_length):
-        """Each decoder layer's self-attention cache for L+1 positions, zeros: a list of `(N, 2, L+1, H, D/H)`."""
+        """Each decoder layer's self-attention cache for L+1 positions, zeros: a list of `(keys, values)`, each
+        `(N, H, L+1, D/H)`."""
         rows = ops.shape(encoder_outputs)[0]
-        return [
-            ops.zeros(
-                (rows, 2, max_length + 1, layer.num_heads, layer.hidden_dim // layer.num_heads), layer.compute_dtype
-            )
-            for layer in self.decoder_layers
-        ]
+        state = []
+        for layer in self.decoder_layers:
+            shape = (rows, layer.num_heads, max_length + 1, layer.hidden_dim // layer.num_heads)
+            state.append((ops.zeros(shape, layer.compute_dtype), ops.zeros(shape, layer.compute_dtype)))
+        return state
 
     def decode_step(self, tokens, index, state, context):
         """Embeds the token at `index` (position `index`), writes its keys and values into each layer's cache there
         and attends to keys `<= index`."""
         cross_caches, source_mask = context
-        length = ops.shape(state[0])[2]  # L+1
+        length = ops.shape(state[0][0])[2]  # L+1
         token = ops.take(tokens, ops.reshape(index, (1,)), axis=1)  # (N, 1)
         self_mask = causal_mask(1, length, offset=index)[None, :, :]  # (1, 1, L+1): keys <= index
         y = self.target_embedding(token, start_index=index)  # (N, 1, D)
