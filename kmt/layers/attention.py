@@ -101,17 +101,18 @@ class MultiHeadAttention(keras.layers.Layer):
         self.weights_dropout = Dropout(self.dropout, dtype=self.dtype_policy, name="weights_dropout")
         self.built = True
 
-    def _heads(self, x, head_dim):
-        """`(B, L, H*d)` -> `(B, H, L, d)`: the heads split off and put before the positions."""
+    def _split_heads(self, x, head_dim):
+        """`(B, L, H*d)` -> `(B, L, H, d)`."""
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        return ops.transpose(ops.reshape(x, (batch, length, self.num_heads, head_dim)), (0, 2, 1, 3))
+        return ops.reshape(x, (batch, length, self.num_heads, head_dim))
 
     def compute_cache(self, key, value=None):
         """Projects `key` and `value` `(B, S, D)` once into a cache `(keys, values)`, each `(B, H, S, d_k)`, for
         cross-attention."""
         value = key if value is None else value
-        keys = self._heads(self.key_dense(key), self.key_dim)  # (B, H, S, Dk)
-        return keys, self._heads(self.value_dense(value), self.value_dim or self.key_dim)  # (B, H, S, Dv)
+        keys = ops.transpose(self._split_heads(self.key_dense(key), self.key_dim), (0, 2, 1, 3))  # (B, H, S, Dk)
+        values = self._split_heads(self.value_dense(value), self.value_dim or self.key_dim)
+        return keys, ops.transpose(values, (0, 2, 1, 3))  # (B, H, S, Dv)
 
     def call(
         self,
@@ -125,25 +126,31 @@ class MultiHeadAttention(keras.layers.Layer):
         training=None,
     ):
         key = value if key is None else key
-        queries = self._heads(self.query_dense(query), self.key_dim)  # (B, H, T, Dk)
+        queries = self._split_heads(self.query_dense(query), self.key_dim)  # (B, T, H, Dk)
 
+        # Without a cache (training, the encoder) keys and values stay positions-first, as projected; a cache holds
+        # them heads-first, so that each decoding step multiplies it as it lies and transposes only its own row.
+        keys_layout = "bshd"
         if cache is not None and cache_update_index is None:
             keys, values = cache  # (B, H, S, Dk), (B, H, S, Dv), projected earlier
+            keys_layout = "bhsd"
         else:
-            keys = self._heads(self.key_dense(key), self.key_dim)  # (B, H, S, Dk)
-            values = self._heads(self.value_dense(value), self.value_dim or self.key_dim)  # (B, H, S, Dv)
+            keys = self._split_heads(self.key_dense(key), self.key_dim)  # (B, S, H, Dk)
+            values = self._split_heads(self.value_dense(value), self.value_dim or self.key_dim)  # (B, S, H, Dv)
             if cache is not None:
                 start = [0, 0, cache_update_index, 0]
-                keys = ops.slice_update(cache[0], start, keys)  # (B, H, L, Dk)
-                values = ops.slice_update(cache[1], start, values)  # (B, H, L, Dv)
+                keys = ops.slice_update(cache[0], start, ops.transpose(keys, (0, 2, 1, 3)))  # (B, H, L, Dk)
+                values = ops.slice_update(cache[1], start, ops.transpose(values, (0, 2, 1, 3)))  # (B, H, L, Dv)
                 cache = (keys, values)
+                keys_layout = "bhsd"
 
         scale = ops.cast(1.0 / math.sqrt(self.key_dim), queries.dtype)
-        scores = ops.einsum("bhtd,bhsd->bhts", queries * scale, keys)  # (B, H, T, S)
+        scores = ops.einsum(f"bthd,{keys_layout}->bhts", queries * scale, keys)  # (B, H, T, S)
         scores = apply_mask(scores, attention_mask)
         # Softmax in float32 so mixed_float16 cannot overflow; cast back to the compute dtype.
         weights = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), queries.dtype)  # (B, H, T, S)
-        attended = ops.einsum("bhts,bhsd->bthd", self.weights_dropout(weights, training=training), values)
+        dropped = self.weights_dropout(weights, training=training)
+        attended = ops.einsum(f"bhts,{keys_layout}->bthd", dropped, values)  # (B, T, H, Dv)
         batch, length = ops.shape(attended)[0], ops.shape(attended)[1]
         attended = ops.reshape(attended, (batch, length, -1))  # (B, T, H*Dv): concatenate the heads
         output = self.output_dense(attended)  # (B, T, D)

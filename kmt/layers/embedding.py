@@ -105,9 +105,8 @@ class PositionalEmbedding(keras.layers.Layer):
 
     def call(self, inputs, start_index=0, reverse=False):
         if reverse:
-            # States times E^T without transposing E: a (V, D) copy per call (30 MB at OPUS-MT's size) otherwise.
-            embeddings = ops.cast(self.token_embedding.embeddings, self.compute_dtype)  # (V, D)
-            return ops.einsum("btd,vd->btv", inputs, embeddings)  # (B, T, V)
+            kernel = ops.cast(ops.transpose(self.token_embedding.embeddings), self.compute_dtype)  # (D, V)
+            return ops.matmul(inputs, kernel)  # (B, T, V)
         length = ops.shape(inputs)[1]
         tokens = self.token_embedding(inputs) * ops.cast(math.sqrt(self.hidden_dim), self.compute_dtype)
         positions = ops.arange(length) + start_index  # (T,)
