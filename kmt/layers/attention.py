@@ -106,13 +106,16 @@ class MultiHeadAttention(keras.layers.Layer):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         return ops.reshape(x, (batch, length, self.num_heads, head_dim))
 
+    def _cached(self, x, head_dim):
+        """`(B, L, H*d)` -> `(B, H, L, d)`: a cache's layout, heads before positions."""
+        return ops.transpose(self._split_heads(x, head_dim), (0, 2, 1, 3))
+
     def compute_cache(self, key, value=None):
         """Projects `key` and `value` `(B, S, D)` once into a cache `(keys, values)`, each `(B, H, S, d_k)`, for
         cross-attention."""
         value = key if value is None else value
-        keys = ops.transpose(self._split_heads(self.key_dense(key), self.key_dim), (0, 2, 1, 3))  # (B, H, S, Dk)
-        values = self._split_heads(self.value_dense(value), self.value_dim or self.key_dim)
-        return keys, ops.transpose(values, (0, 2, 1, 3))  # (B, H, S, Dv)
+        keys = self._cached(self.key_dense(key), self.key_dim)  # (B, H, S, Dk)
+        return keys, self._cached(self.value_dense(value), self.value_dim or self.key_dim)  # (B, H, S, Dv)
 
     def call(
         self,
