@@ -230,16 +230,23 @@ def analyse(points, args):
     return fits
 
 
-def plain_log_labels(axis, ticker):
-    """Labels a log axis 0.5, 1, 20 rather than 5 x 10^-1; minor ticks at 2 and 5 too when it spans under 100x."""
-    low, high = axis.get_view_interval()
+def style_length_axes(axes, lengths, ticker):
+    """Log axes over sequence length: a tick at each measured n; y labelled 0.5, 1, 20 rather than 5 x 10^-1, with
+    minor labels at 2 and 5 too where it spans under 100x; a grid and a legend."""
+    for axis in axes:
+        axis.set_xticks(lengths, labels=[str(length) for length in lengths])
+        axis.xaxis.set_minor_locator(ticker.NullLocator())
+        low, high = axis.yaxis.get_view_interval()
 
-    def minor(value, _):
-        mantissa = round(value / 10 ** math.floor(math.log10(value)))
-        return f"{value:g}" if high / low < 100 and mantissa in (2, 5) else ""
+        def minor(value, _, low=low, high=high):
+            mantissa = round(value / 10 ** math.floor(math.log10(value)))
+            return f"{value:g}" if high / low < 100 and mantissa in (2, 5) else ""
 
-    axis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
-    axis.set_minor_formatter(ticker.FuncFormatter(minor))
+        axis.yaxis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+        axis.yaxis.set_minor_formatter(ticker.FuncFormatter(minor))
+        axis.grid(True, which="both", alpha=0.3)
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend(fontsize=8)
 
 
 def plot(points, fits, args):
@@ -288,12 +295,7 @@ def plot(points, fits, args):
     pass_name = "forward + backward" if args.backward else "forward"
     time_axis.set(xlabel="sequence length n", ylabel=f"median ms per {pass_name}", title="time")
     memory_axis.set(xlabel="sequence length n", ylabel="MiB", title="memory")
-    for axis in (time_axis, memory_axis):
-        axis.set_xticks(args.lengths, labels=[str(length) for length in args.lengths])
-        axis.xaxis.set_minor_locator(ticker.NullLocator())
-        plain_log_labels(axis.yaxis, ticker)
-        axis.grid(True, which="both", alpha=0.3)
-        axis.legend(fontsize=8)
+    style_length_axes((time_axis, memory_axis), args.lengths, ticker)
     figure.suptitle(
         f"One layer, {pass_name}, {args.precision}: B={args.batch_size}, d={args.hidden_dim}, "
         f"H={args.num_heads}, d_ff={args.intermediate_dim} ({hardware()})",

@@ -39,7 +39,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from attention_scaling import plain_log_labels
+from attention_scaling import style_length_axes
 from common import hardware, median, print_json, print_table, require_positive, timed
 
 LAYERS = ("self-attention", "LSTM", "convolution")
@@ -270,13 +270,7 @@ def plot(rows, cross, args):
         time_axis.axvline(cross, color="gray", linestyle=":", label=f"crossover n ≈ {cross:,}")
     time_axis.set(xlabel="sequence length n", ylabel="median ms, forward + backward", title="time")
     memory_axis.set(xlabel="sequence length n", ylabel="MiB", title="peak resident memory of the first call")
-    for axis in (time_axis, memory_axis):
-        axis.set_xticks(args.lengths, labels=[str(length) for length in args.lengths])
-        axis.xaxis.set_minor_locator(ticker.NullLocator())
-        plain_log_labels(axis.yaxis, ticker)
-        axis.grid(True, which="both", alpha=0.3)
-        if axis.get_legend_handles_labels()[0]:
-            axis.legend(fontsize=8)
+    style_length_axes((time_axis, memory_axis), args.lengths, ticker)
     figure.suptitle(
         f"One layer, float32: B={args.batch_size}, d={args.hidden_dim}, H={args.num_heads}, "
         f"k={args.kernel_size} ({hardware()})",
