@@ -111,8 +111,8 @@ class MultiHeadAttention(keras.layers.Layer):
         return ops.transpose(self._split_heads(x, head_dim), (0, 2, 1, 3))
 
     def compute_cache(self, key, value=None):
-        """Projects `key` and `value` `(B, S, D)` once into a cache `(keys, values)`, each `(B, H, S, d_k)`, for
-        cross-attention."""
+        """Projects `key` and `value` `(B, S, D)` into a cache's layout `(keys, values)`, each `(B, H, S, d_k)`: once
+        for cross-attention, and each decoding step for the rows it writes into the self-attention cache."""
         value = key if value is None else value
         keys = self._cached(self.key_dense(key), self.key_dim)  # (B, H, S, Dk)
         return keys, self._cached(self.value_dense(value), self.value_dim or self.key_dim)  # (B, H, S, Dv)
@@ -133,19 +133,18 @@ class MultiHeadAttention(keras.layers.Layer):
 
         # Without a cache (training, the encoder) keys and values stay positions-first, as projected; a cache holds
         # them heads-first, so that each decoding step multiplies it as it lies and transposes only its own row.
-        keys_layout = "bshd"
+        keys_layout = "bhsd"
         if cache is not None and cache_update_index is None:
             keys, values = cache  # (B, H, S, Dk), (B, H, S, Dv), projected earlier
-            keys_layout = "bhsd"
+        elif cache is not None:  # a decoding step writes its own rows into the self-attention cache
+            start = [0, 0, cache_update_index, 0]
+            step_keys, step_values = self.compute_cache(key, value)  # (B, H, T, Dk), (B, H, T, Dv)
+            cache = ops.slice_update(cache[0], start, step_keys), ops.slice_update(cache[1], start, step_values)
+            keys, values = cache  # (B, H, L, Dk), (B, H, L, Dv)
         else:
             keys = self._split_heads(self.key_dense(key), self.key_dim)  # (B, S, H, Dk)
             values = self._split_heads(self.value_dense(value), self.value_dim or self.key_dim)  # (B, S, H, Dv)
-            if cache is not None:
-                start = [0, 0, cache_update_index, 0]
-                keys = ops.slice_update(cache[0], start, ops.transpose(keys, (0, 2, 1, 3)))  # (B, H, L, Dk)
-                values = ops.slice_update(cache[1], start, ops.transpose(values, (0, 2, 1, 3)))  # (B, H, L, Dv)
-                cache = (keys, values)
-                keys_layout = "bhsd"
+            keys_layout = "bshd"
 
         scale = ops.cast(1.0 / math.sqrt(self.key_dim), queries.dtype)
         scores = ops.einsum(f"bthd,{keys_layout}->bhts", queries * scale, keys)  # (B, H, T, S)
