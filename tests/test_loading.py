@@ -33,6 +33,10 @@ def test_a_run_and_its_savedmodel_translate_and_score_alike(smoke_run):
     assert isinstance(run, KerasTranslator) and isinstance(export, SavedModelTranslator)
     assert (translator_kind(smoke_run), translator_kind(smoke_run / "export")) == ("run", "savedmodel")
     assert run.settings.beam_size == 1  # debug=smoke's greedy export
+    # serving_default wraps translate's function: one callable, set up once; the others are their own
+    assert export.signatures["serving_default"] is export.signatures["translate"]
+    others = [export.signatures[name] for name in export.signatures if name != "serving_default"]
+    assert len(set(map(id, others))) == len(others) == 7
     assert run.translate(LINES) == export.translate(LINES)
     assert run.translate(LINES)[1] == ""
     best = run.translate(LINES, nbest=1)

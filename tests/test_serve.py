@@ -172,10 +172,18 @@ def answered(body):
 
 
 def test_tensorflow_serving_requests_and_responses(server, smoke_run):
-    """The default tier's one kmt-serve process: its answers are the export's, a batch's are each sentence's alone,
-    and it stops on SIGTERM with status 0 (`server`'s teardown)."""
+    """The default tier's one kmt-serve process: ready once the signatures of a plain request have run once, the
+    others run after; its answers are the export's, a batch's are each sentence's alone, and it stops on SIGTERM with
+    status 0 (`server`'s teardown)."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401
+
+    ready = server.wait_for_line(r"^INFO kmt\.serving: ready: ")
+    assert re.search(r" loaded and serving_default, translate warmed in [\d.]+ s ", ready), ready
+    warmed = server.wait_for_line(r"^INFO kmt\.serving: \S+: warmed ")
+    rest = re.fullmatch(r".*: warmed (.*) in [\d.]+ s", warmed)[1].split(", ")
+    others = ["align", "score", "translate_align", "translate_constrained", "translate_nbest", "translate_prefix"]
+    assert sorted(rest) == others, warmed
 
     sentences = SENTENCES[:3]
     signatures = tf.saved_model.load(str(smoke_run / "export")).signatures
@@ -534,6 +542,8 @@ def test_a_glossary_puts_its_terms_in_every_translation_the_server_gives(smoke_r
     sentences, terms = ["3 June 1951", "1 May 1950", "7/4/21"], [["06"], ["05"], []]
     running = Server(smoke_run / "export", "--glossary", tmp_path / "terms.tsv")
     try:
+        ready = running.wait_for_line(r"^INFO kmt\.serving: ready: ")
+        assert " loaded and serving_default, translate, translate_constrained warmed in " in ready, ready
         status, _, body = running.post("/translate", {"text": sentences})
         assert status == 200 and "06" in body["translations"][0] and "05" in body["translations"][1], body
         rows = [{"text": text, "constraints": c} for text, c in zip(sentences, terms)]

@@ -26,7 +26,7 @@ class SavedModelTranslator(BatchedTranslator):
 
         self.path, self.batch_size = path, batch_size
         self.loaded = tf.saved_model.load(str(path))
-        self.signatures = dict(self.loaded.signatures)
+        self.signatures = _distinct(self.loaded.signatures)
         if "translate" not in self.signatures:
             raise KmtError(f"{path} has no 'translate' signature; was it exported by kmt?")
         self.inline_terms = hasattr(self.loaded, "inline_terms")  # kmt.inference.translator.TranslatorModule
@@ -120,3 +120,15 @@ class SavedModelTranslator(BatchedTranslator):
             source=tf.constant(sources, tf.string), target=tf.constant(targets, tf.string)
         )
         return [Score(float(p), int(n)) for p, n in zip(outputs["score"].numpy(), outputs["length"].numpy())]
+
+
+def _distinct(signatures):
+    """{name: signature}, a signature that calls the same graph function with the same inputs and outputs as an
+    earlier one (kmt's `serving_default` and `translate`) replaced by that one: TensorFlow sets a signature's graph up
+    on its first call (0.4-1 s of optimization and kernel set-up), and would do it again for the same function."""
+    kept, by_function = {}, {}
+    for name, signature in signatures.items():
+        called = tuple(node.attr["f"].func.name for node in signature.function_def.node_def if "f" in node.attr)
+        key = (called, repr(signature.structured_input_signature), repr(signature.structured_outputs))
+        kept[name] = by_function.setdefault(key, signature)
+    return kept

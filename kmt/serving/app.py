@@ -109,6 +109,7 @@ class Served:
     model: object = None
     queue: object = None
     ready: bool = False
+    warmed: set = dataclasses.field(default_factory=set)  # the signatures run once
 
 
 def create_app(models, settings, on_load_failure=lambda: None):
@@ -125,6 +126,7 @@ def create_app(models, settings, on_load_failure=lambda: None):
         with tempfile.TemporaryDirectory(prefix="kmt-serve-files-") as files:  # /translate_file's, while it runs
             state.libre.files = Path(files)
             yield
+        state.stopping = True  # the signatures not yet warmed stay cold
         await loading
         for served in state.served.values():
             if served.queue is not None:
@@ -163,6 +165,7 @@ class _State:
         self.served = {served.name: served for served in models}
         self.default = models[0]
         self.libre = LibreTranslate(self)
+        self.stopping = False
 
     @property
     def ready(self):
@@ -333,22 +336,47 @@ class _State:
 
 
 async def _load_all(state, on_load_failure):
-    """Loads the models one after the other."""
+    """Loads the models one after the other, each ready once the signatures a plain request takes have run once
+    (`_first_signatures`); then runs each model's other signatures once, unless the server is stopping."""
     for served in state.served.values():
         if not await _load(state, served, on_load_failure):
             return
+    for served in state.served.values():
+        started, rest = time.perf_counter(), [n for n in served.model.signatures if n not in served.warmed]
+        for name in rest:
+            if state.stopping:
+                return
+            try:
+                await asyncio.to_thread(warm_up, served.model, name)
+            except Exception as error:  # its requests get the same error as a 500
+                logger.error("%s: %s failed on a test sentence: %s", served.path, name, " ".join(str(error).split()))
+            served.warmed.add(name)
+        if rest:
+            logger.info("%s: warmed %s in %.1f s", served.path, ", ".join(rest), time.perf_counter() - started)
+
+
+def _first_signatures(settings, model):
+    """The signatures run before a model is ready: those kmt's `/translate` and a predict request without a
+    `signature_name` take. The others are warmed after (`_load_all`): TensorFlow sets each one's graph up on its
+    first call, 0.4-1 s of a SavedModel's, and a first request to one before then pays that once."""
+    names = {"serving_default", "translate"}
+    if settings.glossary is not None and not model.inline_terms:
+        names.add("translate_constrained")
+    return [name for name in model.signatures if name in names]
 
 
 async def _load(state, served, on_load_failure):
-    """Loads a model on a thread, runs each signature once (tracing, kernel set-up), then opens its queue; whether it
-    could."""
+    """Loads a model on a thread, runs its first signatures once (`_first_signatures`), then opens its queue; whether
+    it could."""
     settings, model_path = state.settings, served.path
     try:
         started = time.perf_counter()
         model = await asyncio.to_thread(load_model, model_path)
         if settings.glossary is not None and not model.inline_terms and "translate_constrained" not in model.signatures:
             raise KmtError(f"--glossary needs a model that can constrain a translation; {model_path} cannot")
-        await asyncio.to_thread(warm_up, model)
+        for name in _first_signatures(settings, model):
+            await asyncio.to_thread(warm_up, model, name)
+            served.warmed.add(name)
     except Exception as error:
         logger.error("could not load %s: %s", model_path, " ".join(str(error).split()))
         on_load_failure()
@@ -367,10 +395,11 @@ async def _load(state, served, on_load_failure):
     served.model, served.queue, served.ready = model, queue, True
     names = "" if len(state.served) == 1 else f" as {served.name}"
     logger.info(
-        "%s: %s%s loaded and warmed in %.1f s (signatures: %s)",
+        "%s: %s%s loaded and %s warmed in %.1f s (signatures: %s)",
         "ready" if state.ready else "loaded",
         model_path,
         names,
+        ", ".join(sorted(served.warmed)) or "nothing",
         time.perf_counter() - started,
         ", ".join(sorted(model.signatures)),
     )

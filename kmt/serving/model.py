@@ -56,15 +56,14 @@ def load_model(path):
 BATCH_SIZE = 1024  # most sentences one `run` decodes together
 
 
-def warm_up(model):
-    """Runs each of `model`'s signatures once on one sentence (tracing, kernel set-up), so that the first request
-    pays for none of it."""
-    for name, signature in model.signatures.items():
-        inputs = {  # a list of strings for a [None, None] input
-            key: [["warm up"]] if tensor.shape is not None and len(tensor.shape) == 2 else ["warm up"]
-            for key, tensor in signature.inputs.items()
-        }
-        model.run(name, inputs)
+def warm_up(model, name):
+    """Runs `model`'s signature `name` once on one sentence (graph optimization, kernel set-up), so that the first
+    request pays for none of it."""
+    inputs = {  # a list of strings for a [None, None] input
+        key: [["warm up"]] if tensor.shape is not None and len(tensor.shape) == 2 else ["warm up"]
+        for key, tensor in model.signatures[name].inputs.items()
+    }
+    model.run(name, inputs)
 
 
 class TranslatorRunner:
