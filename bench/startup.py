@@ -10,7 +10,8 @@ Rows:
 - `python -c "import kmt"`;
 - `kmt-translate EXPORT`, one sentence piped in (`--sentence`), the whole command until it exits;
 - `kmt-serve EXPORT`, until it prints that it is listening (its port answers; `/readyz` still says 503 while the
-  model loads), and until `/readyz` answers 200 (the model loaded and warmed up).
+  model loads), until `/readyz` answers 200 (the model loaded, the signatures of a plain request run once), and
+  until it logs that it has run the other signatures too.
 
 Figures: median, min and max over `--repeats` rounds. kmt-translate is the console script beside this Python, as a
 user types it; kmt-serve starts as bench/serve_load.py starts it.
@@ -90,6 +91,7 @@ def main(argv=None):
             server.stop()
             times[("kmt-serve listening", fmt)].append(server.listening_s)
             times[("kmt-serve ready", fmt)].append(server.ready_s)
+            times[("kmt-serve every signature warmed", fmt)].append(server.warmed_s)
 
     jobs = [(command, None) for command in floors] + [(c, f) for c in ("kmt-translate", "kmt-serve") for f in formats]
     print(f"{len(jobs)} commands, {args.repeats} rounds, on {hardware()}", file=sys.stderr)
@@ -97,7 +99,7 @@ def main(argv=None):
         shift = round_ % len(jobs)
         for job in jobs[shift:] + jobs[:shift]:  # a rotating order: no command always runs first
             run(job)
-    order = [*floors, "kmt-translate", "kmt-serve listening", "kmt-serve ready"]
+    order = [*floors, "kmt-translate", "kmt-serve listening", "kmt-serve ready", "kmt-serve every signature warmed"]
     table = [
         {"command": command, "format": fmt, "median_s": median(values), "min_s": min(values), "max_s": max(values)}
         for (command, fmt), values in sorted(

@@ -337,7 +337,8 @@ class _State:
 
 async def _load_all(state, on_load_failure):
     """Loads the models one after the other, each ready once the signatures a plain request takes have run once
-    (`_first_signatures`); then runs each model's other signatures once, unless the server is stopping."""
+    (`_first_signatures`); then runs each model's other signatures once, unless the server is stopping, and logs
+    that it did (`PATH: warmed NAMES in S s`)."""
     for served in state.served.values():
         if not await _load(state, served, on_load_failure):
             return
@@ -351,8 +352,9 @@ async def _load_all(state, on_load_failure):
             except Exception as error:  # its requests get the same error as a 500
                 logger.error("%s: %s failed on a test sentence: %s", served.path, name, " ".join(str(error).split()))
             served.warmed.add(name)
-        if rest:
-            logger.info("%s: warmed %s in %.1f s", served.path, ", ".join(rest), time.perf_counter() - started)
+        logger.info(
+            "%s: warmed %s in %.1f s", served.path, ", ".join(rest) or "nothing more", time.perf_counter() - started
+        )
 
 
 def _first_signatures(settings, model):
