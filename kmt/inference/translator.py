@@ -64,8 +64,11 @@ class SharedGraphs:
         self.encode = tf.function(model.encode, autograph=False, reduce_retracing=True)
         self.decode_step = tf.function(model.decode_step, autograph=False, reduce_retracing=True)
 
-    def __call__(self, *args, **kwargs):
-        return self.shared_model(*args, **kwargs)
+    def __call__(self, inputs, training=False):
+        """Teacher-forced logits (`score`'s), the source encoded by the shared `encode`: the model's call without
+        its own copy of the encoder."""
+        encoder_outputs, source_mask = self.encode(inputs["source"])
+        return self.shared_model.decode(inputs["target_in"], encoder_outputs, source_mask)
 
     def __getattr__(self, name):
         return getattr(self.shared_model, name)
