@@ -125,7 +125,7 @@ class SavedModelTranslator(BatchedTranslator):
 def _distinct(signatures):
     """{name: signature}, a signature that calls the same graph function with the same inputs and outputs as an
     earlier one (kmt's `serving_default` and `translate`) replaced by that one: TensorFlow sets a signature's graph up
-    on its first call (0.4-1 s of optimization and kernel set-up), and would do it again for the same function."""
+    on its first call (graph optimization, kernels), and would do it again for the same function."""
     kept, by_function = {}, {}
     for name, signature in signatures.items():
         called = tuple(node.attr["f"].func.name for node in signature.function_def.node_def if "f" in node.attr)

@@ -359,8 +359,8 @@ async def _load_all(state, on_load_failure):
 
 def _first_signatures(settings, model):
     """The signatures run before a model is ready: those kmt's `/translate` and a predict request without a
-    `signature_name` take. The others are warmed after (`_load_all`): TensorFlow sets each one's graph up on its
-    first call, 0.4-1 s of a SavedModel's, and a first request to one before then pays that once."""
+    `signature_name` take. The others are warmed after (`_load_all`): TensorFlow sets each of a SavedModel's up on
+    its first call (graph optimization, kernels), which a first request to one before then waits for once."""
     names = {"serving_default", "translate"}
     if settings.glossary is not None and not model.inline_terms:
         names.add("translate_constrained")
