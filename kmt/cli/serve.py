@@ -167,8 +167,8 @@ def served_models(args):
     """The `Served` models of the command line: each --model, or EXPORT_DIR as --model-name with its `Pair`
     (--languages, else its run's; None where neither says). Each path is checked."""
     from kmt.run_dir import languages_of_run
-    from kmt.serving.app import Served
     from kmt.serving.languages import Pair
+    from kmt.serving.loading import Served
     from kmt.serving.model import check_model_path
 
     served = []
