@@ -229,3 +229,47 @@ def test_the_signatures_share_one_encoder_one_decoder_step_and_one_alignment(smo
     for shared in ("encode", "decode_step", "alignment"):
         assert sum(name.startswith(f"__inference_{shared}_") for name in names) == 1, names
     assert {"translate", "translate_prefix", "translate_align", "align", "score"} <= set(graph.signature_def)
+
+
+def test_the_export_holds_each_stateless_computation_once(smoke_run, tmp_path):
+    """`kmt.inference.graph_merge`: duplicates are merged when the SavedModel is written, so merging again finds
+    nothing."""
+    import shutil
+
+    from kmt.inference.graph_merge import merge_duplicate_nodes
+
+    shutil.copy(smoke_run / "export" / "saved_model.pb", tmp_path / "saved_model.pb")
+    before, after = merge_duplicate_nodes(tmp_path)
+    assert before == after > 1000
+
+
+def test_merging_duplicate_nodes_keeps_what_a_function_computes(tmp_path):
+    """Repeated slices and shapes become one node each; random ops, stateful, stay two draws."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    from kmt.inference.graph_merge import merge_duplicate_nodes
+
+    class Module(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32)])
+        def f(self, x):
+            first = x[:, 0] * tf.cast(tf.shape(x)[0], tf.float32) + x[:, 0] * tf.cast(tf.shape(x)[0], tf.float32)
+            noise = tf.random.uniform([2]) - tf.random.uniform([2])
+            return {"first": first, "second": x[:, 1] + 1.0, "noise": noise}
+
+    tf.saved_model.save(Module(), str(tmp_path))
+
+    def op_counts():
+        graph = saved_model_pb2.SavedModel.FromString((tmp_path / "saved_model.pb").read_bytes()).meta_graphs[0]
+        function = next(f for f in graph.graph_def.library.function if f.signature.name.startswith("__inference_f_"))
+        ops = [node.op for node in function.node_def]
+        return {op: ops.count(op) for op in ("StridedSlice", "Shape", "RandomUniform")}
+
+    assert op_counts() == {"StridedSlice": 5, "Shape": 2, "RandomUniform": 2}
+    before, after = merge_duplicate_nodes(tmp_path)
+    assert after < before
+    assert op_counts() == {"StridedSlice": 3, "Shape": 1, "RandomUniform": 2}
+    x = tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    outputs = tf.saved_model.load(str(tmp_path)).f(x)
+    np.testing.assert_array_equal(outputs["first"].numpy(), [4.0, 16.0])
+    np.testing.assert_array_equal(outputs["second"].numpy(), [3.0, 6.0])
+    assert outputs["noise"].shape == (2,) and not np.all(outputs["noise"].numpy() == 0.0)

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from kmt.inference.graph_merge import merge_duplicate_nodes
 from kmt.run_dir import write_atomically
 
 logger = logging.getLogger(__name__)
@@ -25,7 +26,13 @@ def export_translator(translator, directory):
     for name in ("translate_constrained", "translate_align", "align"):
         if hasattr(translator, name):
             signatures[name] = getattr(translator, name)
-    write_atomically(directory, lambda partial: tf.saved_model.save(translator, str(partial), signatures=signatures))
+
+    def write(partial):
+        tf.saved_model.save(translator, str(partial), signatures=signatures)
+        before, after = merge_duplicate_nodes(partial)
+        logger.debug("merged duplicate graph nodes: %d -> %d", before, after)
+
+    write_atomically(directory, write)
     size = sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
     logger.info("exported a SavedModel to %s (%.1f MB)", directory, size / 1e6)
     return size
