@@ -229,6 +229,10 @@ def test_the_signatures_share_one_encoder_one_decoder_step_and_one_alignment(smo
     for shared in ("encode", "decode_step", "alignment"):
         assert sum(name.startswith(f"__inference_{shared}_") for name in names) == 1, names
     assert {"translate", "translate_prefix", "translate_align", "align", "score"} <= set(graph.signature_def)
+    # The decoder step writes its caches without XLA's dynamic-update-slice, which TensorFlow would compile for
+    # each new cache shape (`kmt.layers.attention._write_rows`).
+    ops = {node.op for function in graph.graph_def.library.function for node in function.node_def}
+    assert not any(op.startswith("Xla") for op in ops), sorted(ops)
 
 
 def test_the_export_holds_each_stateless_computation_once(smoke_run, tmp_path):

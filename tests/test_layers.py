@@ -139,6 +139,8 @@ def test_attention_cache_step_by_step_equals_full_causal_pass():
             cache_update_index=t,
         )
         np.testing.assert_allclose(ops.convert_to_numpy(step)[:, 0], full[:, t], atol=1e-5)
+    for written, projected in zip(cache, attention.compute_cache(x)):  # each step wrote its own row, once
+        np.testing.assert_allclose(ops.convert_to_numpy(written), ops.convert_to_numpy(projected), atol=1e-6)
 
 
 def test_cross_attention_cache_equals_projecting_again():

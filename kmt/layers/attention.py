@@ -139,7 +139,7 @@ class MultiHeadAttention(keras.layers.Layer):
         elif cache is not None:  # a decoding step writes its own rows into the self-attention cache
             start = [0, 0, cache_update_index, 0]
             step_keys, step_values = self.compute_cache(key, value)  # (B, H, T, Dk), (B, H, T, Dv)
-            cache = ops.slice_update(cache[0], start, step_keys), ops.slice_update(cache[1], start, step_values)
+            cache = _write_rows(cache[0], start, step_keys), _write_rows(cache[1], start, step_values)
             keys, values = cache  # (B, H, L, Dk), (B, H, L, Dv)
         else:
             keys = self._split_heads(self.key_dense(key), self.key_dim)  # (B, S, H, Dk)
@@ -178,3 +178,14 @@ class MultiHeadAttention(keras.layers.Layer):
             }
         )
         return config
+
+
+def _write_rows(cache, start, rows):
+    """`cache` `(B, H, L, d)` with `rows` `(B, H, T, d)` written at `start`. Under TensorFlow, one row (a decoding
+    step's) goes in through `where`: `slice_update` is XLA's dynamic-update-slice there, compiled on demand for each
+    new cache shape (each batch size and output limit a server meets) and slower to call at small batches; `where`
+    gives the same tensor."""
+    if keras.backend.backend() == "tensorflow" and rows.shape[2] == 1:
+        positions = ops.arange(ops.shape(cache)[2])[None, None, :, None]  # (1, 1, L, 1)
+        return ops.where(ops.equal(positions, start[2]), rows, cache)
+    return ops.slice_update(cache, start, rows)
