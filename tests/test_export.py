@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ import tensorflow as tf
 from kmt.data.dates import generate_date_pairs
 from kmt.inference.decoding import search_ids
 from kmt.inference.export import export_translator
+from kmt.inference.graph_merge import merge_duplicate_nodes
 from kmt.inference.score import score_ids
 from kmt.inference.settings import SearchSettings
 from kmt.inference.translator import TranslatorModule
@@ -238,10 +240,6 @@ def test_the_signatures_share_one_encoder_one_decoder_step_and_one_alignment(smo
 def test_the_export_holds_each_stateless_computation_once(smoke_run, tmp_path):
     """`kmt.inference.graph_merge`: duplicates are merged when the SavedModel is written, so merging again finds
     nothing."""
-    import shutil
-
-    from kmt.inference.graph_merge import merge_duplicate_nodes
-
     shutil.copy(smoke_run / "export" / "saved_model.pb", tmp_path / "saved_model.pb")
     before, after = merge_duplicate_nodes(tmp_path)
     assert before == after > 1000
@@ -250,8 +248,6 @@ def test_the_export_holds_each_stateless_computation_once(smoke_run, tmp_path):
 def test_merging_duplicate_nodes_keeps_what_a_function_computes(tmp_path):
     """Repeated slices and shapes become one node each; random ops, stateful, stay two draws."""
     from tensorflow.core.protobuf import saved_model_pb2
-
-    from kmt.inference.graph_merge import merge_duplicate_nodes
 
     class Module(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32)])

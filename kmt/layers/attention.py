@@ -183,8 +183,7 @@ class MultiHeadAttention(keras.layers.Layer):
 def _write_rows(cache, start, rows):
     """`cache` `(B, H, L, d)` with `rows` `(B, H, T, d)` written at `start`. Under TensorFlow, one row (a decoding
     step's) goes in through `where`: `slice_update` is XLA's dynamic-update-slice there, compiled on demand for each
-    new cache shape (each batch size and output limit a server meets) and slower to call at small batches; `where`
-    gives the same tensor."""
+    new cache shape (each batch size and output limit a server meets); `where` gives the same tensor."""
     if keras.backend.backend() == "tensorflow" and rows.shape[2] == 1:
         positions = ops.arange(ops.shape(cache)[2])[None, None, :, None]  # (1, 1, L, 1)
         return ops.where(ops.equal(positions, start[2]), rows, cache)
