@@ -1,10 +1,13 @@
 """TensorFlow's native start-up lines are kept out of kmt's output; everything else written to stderr still shows."""
 
+import gc
 import os
 import subprocess
 import sys
 
-from kmt._startup import _STARTUP_NOISE, filtered_startup_logs
+import pytest
+
+from kmt._startup import _STARTUP_NOISE, filtered_startup_logs, paused_gc
 
 NOISE = [
     "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n",
@@ -112,9 +115,11 @@ def test_commands_decoding_through_ctranslate2_import_neither_keras_nor_tensorfl
 
 def test_a_commands_keras_import_leaves_out_what_kmt_does_not_use_and_the_plots_still_import_it(tmp_path):
     """With the TensorFlow backend, a command's import of Keras skips JAX, SciPy and pyplot (seconds of start-up);
-    they import afterwards as usual. Under JAX, Keras imports JAX itself."""
+    they import afterwards as usual. Under JAX, Keras imports JAX itself. Either way the import ran with the garbage
+    collector paused: it is on again after, with the import's objects frozen out of its collections."""
     script = (
-        "import sys, kmt.cli, keras; print(' '.join(sorted({'jax', 'scipy', 'matplotlib'} & set(sys.modules)))); "
+        "import gc, sys, kmt.cli, keras; print(' '.join(sorted({'jax', 'scipy', 'matplotlib'} & set(sys.modules)))); "
+        "print(gc.isenabled(), gc.get_freeze_count() > 100_000); "
         "import jax, matplotlib.pyplot; print(keras.backend.backend(), jax.numpy.add(1, 1))"
     )
     env = os.environ | {"KERAS_HOME": str(tmp_path)}  # no keras.json there: KERAS_BACKEND alone decides
@@ -127,4 +132,22 @@ def test_a_commands_keras_import_leaves_out_what_kmt_does_not_use_and_the_plots_
             timeout=600,
         )
         assert result.returncode == 0, result.stderr[-2000:]
-        assert result.stdout.splitlines() == [deferred_left, f"{backend} 2"], result.stdout
+        assert result.stdout.splitlines() == [deferred_left, "True True", f"{backend} 2"], result.stdout
+
+
+def test_paused_gc_restores_the_collector_as_it_was_and_freezes_only_when_asked():
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    with pytest.raises(RuntimeError), paused_gc():
+        assert not gc.isenabled()
+        raise RuntimeError("the block fails")
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
+    gc.disable()
+    try:
+        with paused_gc(freeze=True):
+            kept = [[] for _ in range(1000)]
+        assert not gc.isenabled()  # it was off before: still off
+        assert gc.get_freeze_count() >= frozen + len(kept)
+    finally:
+        gc.unfreeze()
+        gc.enable()

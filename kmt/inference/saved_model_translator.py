@@ -2,6 +2,7 @@
 
 import logging
 
+from kmt._startup import paused_gc
 from kmt.errors import KmtError
 from kmt.inference.translators import BatchedTranslator, Hypothesis, Score, translate_signatures
 
@@ -22,10 +23,12 @@ class SavedModelTranslator(BatchedTranslator):
 
     def __init__(self, path, *, batch_size: int = 64):
         import tensorflow as tf
-        import tensorflow_text  # noqa: F401  (registers the SentencePiece ops the graph uses)
 
+        with paused_gc():  # the load rebuilds each function's graph in Python: thousands of lasting objects
+            import tensorflow_text  # noqa: F401  (registers the SentencePiece ops the graph uses)
+
+            self.loaded = tf.saved_model.load(str(path))
         self.path, self.batch_size = path, batch_size
-        self.loaded = tf.saved_model.load(str(path))
         self.signatures = _distinct(self.loaded.signatures)
         if "translate" not in self.signatures:
             raise KmtError(f"{path} has no 'translate' signature; was it exported by kmt?")
