@@ -20,12 +20,12 @@ the output, which matches the ids the decoder emitted except where it emitted a 
 leaves out the end token. The cached and uncached variants must give the same translations; the JSON line says
 whether they did.
 
-With --ctranslate2 the run's model is also written as two CTranslate2 directories (`kmt.inference.ctranslate2`:
-float32, and int8 weights run as int8), decoded by `CT2Translator` with as many threads as there are cores, the
-SavedModels' search settings and the same alpha (CTranslate2 divides by length^alpha, the SavedModel by GNMT's
-((5 + length) / 6)^alpha: beam outputs may differ). Every variant gets the same list of str and returns str. With
---tokenized-reference (aligned with the sentences, before any --min-source-tokens selection) each variant's
-translations at the largest batch size are scored with tokenized BLEU (`kmt.metrics.tokenized_bleu`).
+With --ctranslate2 the run's model is also written as two CTranslate2 directories (`kmt.inference.ctranslate2`: float32,
+and int8 weights run as int8), decoded by `CT2Translator` as kmt-translate decodes (a one-thread worker a core), the
+SavedModels' search settings and the same alpha (CTranslate2 divides by length^alpha, the SavedModel by GNMT's ((5 +
+length) / 6)^alpha: beam outputs may differ). Every variant gets the same list of str and returns str. With
+--tokenized-reference (aligned with the sentences, before any --min-source-tokens selection) each variant's translations
+at the largest batch size are scored with tokenized BLEU (`kmt.metrics.tokenized_bleu`).
 
 With --transformers CHECKPOINT_DIR (the MarianMT checkpoint a `kmt-import` run came from; needs `pip install -e
 ".[bench]"`) the run's SavedModel (cached) is timed against transformers' `generate` on that checkpoint (PyTorch,
@@ -195,7 +195,7 @@ def export_variants(cfg, vocabularies, model, directory, ctranslate2=False):
         path = Path(directory) / f"ctranslate2_{weights}"
         quantization = None if weights == "float32" else weights
         export_ctranslate2(model, vocabularies, SearchSettings.of(beam_size=1, **search), path, quantization)
-        translators[f"CT2 {weights}"] = CT2Translator(path, compute_type=weights, intra_threads=os.cpu_count())
+        translators[f"CT2 {weights}"] = CT2Translator(path, compute_type=weights)
     variants = {}
     for name, (engine, beam_size) in CT2_VARIANTS.items():
         if engine == "SavedModel":

@@ -158,6 +158,45 @@ def test_other_model_shapes_convert(shape, tmp_path):
 
 
 @needs_ctranslate2
+def test_a_batch_split_among_one_thread_workers_gives_what_one_worker_gives(tmp_path, capsys):
+    """By default a CT2Translator runs a one-thread worker per core and splits each batch among them; the parts'
+    translations, scores and alignments are the whole batch's, in order, and `kmt-translate --threads` sets the
+    workers."""
+    keras.utils.set_random_seed(2)
+    pairs = generate_date_pairs(300, seed=0)
+    vocabularies = Vocabularies.train([s for s, _ in pairs], [t for _, t in pairs], joint=True, vocab_size=300)
+    model = Transformer(
+        vocabularies.source.vocab_size, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, max_length=24
+    )
+    export_ctranslate2(model, vocabularies, SEARCH, tmp_path / "ct2")
+    default = CT2Translator(tmp_path / "ct2", compute_type="float32")
+    assert default.workers == len(os.sched_getaffinity(0)) == default.translator.num_translators
+    one = CT2Translator(tmp_path / "ct2", compute_type="float32", inter_threads=1)
+    three = CT2Translator(tmp_path / "ct2", compute_type="float32", inter_threads=3)
+    assert (one.workers, three.workers, three.translator.num_translators) == (1, 3, 3)
+    targets = ["1996-03-05", "", "x", *DATES[3:]]
+    for settings in (SEARCH, SEARCH.replace(beam_size=3)):  # a sentence's float rounding may depend on its batch
+        expected = [best for [best] in one.translate(DATES, settings=settings, nbest=1)]
+        split = [best for [best] in three.translate(DATES, settings=settings, nbest=1)]
+        assert [h.text for h in split] == [h.text for h in expected]
+        np.testing.assert_allclose([h.score for h in split], [h.score for h in expected], rtol=1e-5)
+    scores, expected = three.score(DATES, targets), one.score(DATES, targets)
+    assert [s.tokens for s in scores] == [s.tokens for s in expected]
+    np.testing.assert_allclose(
+        [s.log_probability for s in scores], [s.log_probability for s in expected], rtol=1e-5, equal_nan=True
+    )
+    assert three.align(DATES, targets) == one.align(DATES, targets)
+    source = tmp_path / "dates.txt"
+    source.write_text("\n".join(DATES) + "\n", encoding="utf-8")
+    for threads in ("1", "3"):
+        translate_cli.main(
+            [str(tmp_path / "ct2"), "--input", str(source), "--output", str(tmp_path / threads), "--threads", threads]
+        )
+    assert (tmp_path / "3").read_text(encoding="utf-8") == (tmp_path / "1").read_text(encoding="utf-8")
+    assert len((tmp_path / "1").read_text(encoding="utf-8").splitlines()) == len(DATES)
+
+
+@needs_ctranslate2
 def test_marian_switches_export_as_kmt_decodes(tmp_path):
     """An untrained model with the switches an OPUS-MT import sets (swish, Marian's sinusoid halves, a bias on the
     tied projection): CTranslate2's greedy tokens and scores are kmt's."""

@@ -125,7 +125,10 @@ def parse_args(argv=None):
         "(default: default)",
     )
     ct2.add_argument(
-        "--threads", type=int, default=0, help="CPU threads to decode with (default: 0, CTranslate2's choice)"
+        "--threads",
+        type=int,
+        default=0,
+        help="CPU threads to decode with, each decoding its part of a batch (default: 0, one per core)",
     )
     parser.add_argument(
         "--attention-plots",

@@ -14,6 +14,11 @@ tokens are never emitted. Beam search differs in one thing, the length penalty: 
 hypotheses by `log P(Y) / |Y|^alpha`, kmt by GNMT's
 `log P(Y) / ((5 + |Y|) / 6)^alpha`, so the two may choose different beams, and their scores are not comparable.
 
+On a CPU a `CT2Translator` decodes as Marian and Bergamot do: one thread per worker, as many workers as there are
+cores, each batch split among them (CTranslate2's `inter_threads` and `max_batch_size`). CTranslate2's own default,
+one worker that spreads each operation over the cores, pays a synchronisation per operation, which cost more than it
+gained at every size measured (docs/experiments/performance.md, "CTranslate2's threads").
+
 `ctranslate2` is an optional dependency (`pip install "kmt[ctranslate2]"`); this module imports it only when a
 model is converted or loaded.
 
@@ -26,6 +31,7 @@ Example:
 
 import json
 import math
+import os
 from pathlib import Path
 
 from kmt.errors import KmtError
@@ -49,6 +55,14 @@ def require_ctranslate2():
     except ImportError:
         raise KmtError(MISSING) from None
     return ctranslate2
+
+
+def workers(ctranslate2, device):
+    """The workers a `CT2Translator` on `device` runs by default: one per CPU core this process may use on a CPU,
+    one on a GPU."""
+    if device == "cuda" or (device == "auto" and ctranslate2.get_cuda_device_count() > 0):
+        return 1
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def is_ctranslate2_dir(path):
@@ -104,15 +118,16 @@ class CT2Translator(BatchedTranslator):
         device: `"cpu"`, `"cuda"` or `"auto"`. Defaults to `"cpu"`.
         compute_type: CTranslate2's compute type (`"default"`: the type the weights were saved in, or the nearest
             the device supports; `"int8"`, `"float32"`, ...). Defaults to `"default"`.
-        inter_threads: batches decoded in parallel. Defaults to `1`.
-        intra_threads: threads per batch (0: CTranslate2's default, 4 or the cores there are). Defaults to `0`.
+        inter_threads: workers, which decode a batch's parts at once (0: one per CPU core on a CPU, one on a GPU).
+            Defaults to `0`.
+        intra_threads: threads per worker (0: CTranslate2's default, 4 or the cores there are). Defaults to `1`.
         batch_size: sentences per batch of `translate` and `score`. Defaults to `64`.
 
     Attributes:
         settings: the exported `SearchSettings` (their `max_length` is the model's).
     """
 
-    def __init__(self, path, device="cpu", compute_type="default", inter_threads=1, intra_threads=0, batch_size=64):
+    def __init__(self, path, device="cpu", compute_type="default", inter_threads=0, intra_threads=1, batch_size=64):
         ctranslate2 = require_ctranslate2()
 
         path = Path(path)
@@ -132,12 +147,13 @@ class CT2Translator(BatchedTranslator):
         self.target_pieces = self.vocabularies.target.pieces
         self.target_ids = {piece: i for i, piece in enumerate(self.target_pieces)}
         self.never = [self.target_pieces[PAD_ID], self.target_pieces[START_ID]]  # pieces kmt's searches never emit
+        self.workers = inter_threads or workers(ctranslate2, device)
         try:
             self.translator = ctranslate2.Translator(
                 str(path),
                 device=device,
                 compute_type=compute_type,
-                inter_threads=inter_threads,
+                inter_threads=self.workers,
                 intra_threads=intra_threads,
             )
         except (ValueError, RuntimeError) as error:  # an unknown device or type, no GPU, a damaged model.bin
@@ -189,7 +205,9 @@ class CT2Translator(BatchedTranslator):
         chosen = [i for i in chosen if not math.isnan(results[i][1])]
         if not chosen:
             return
-        scored = self.translator.score_batch([rows[i] for i in chosen], [prefixes[i] for i in chosen])
+        scored = self.translator.score_batch(
+            [rows[i] for i in chosen], [prefixes[i] for i in chosen], max_batch_size=self._part(len(chosen))
+        )
         for i, result in zip(chosen, scored):
             ids, score = results[i]
             results[i] = (ids, score + float(sum(result.log_probs[:-1])))  # the end token score_batch adds left out
@@ -207,6 +225,7 @@ class CT2Translator(BatchedTranslator):
                 options["target_prefix"] = [search["target_prefix"][i] for i in pending]
             outputs = self.translator.translate_batch(
                 [rows[i] for i in pending],
+                max_batch_size=self._part(len(pending)),
                 max_decoding_length=limit,
                 min_decoding_length=0,
                 max_input_length=0,
@@ -224,6 +243,10 @@ class CT2Translator(BatchedTranslator):
                     results[i] = ([self.target_ids[t] for t in tokens], float(output.scores[0]))
             pending = overlong  # their longest limit is below this call's: the loop ends
         return padded
+
+    def _part(self, rows):
+        """CTranslate2's `max_batch_size` for a call on `rows` sentences: a part for each worker."""
+        return math.ceil(rows / self.workers)
 
     def _checked(self, settings, nbest):
         settings = (settings or self.settings).replace(nbest=None if nbest == 1 else nbest)
@@ -261,6 +284,7 @@ class CT2Translator(BatchedTranslator):
         outputs = self.translator.translate_batch(
             [[self.source_pieces[i] for i in source_rows[j]] for j in pending],
             target_prefix=[[self.target_pieces[i] for i in target_rows[j]] for j in pending],
+            max_batch_size=self._part(len(pending)),
             max_decoding_length=max(len(target_rows[j]) for j in pending),
             min_decoding_length=0,
             max_input_length=0,
@@ -290,6 +314,7 @@ class CT2Translator(BatchedTranslator):
             outputs = self.translator.score_batch(
                 [[self.source_pieces[i] for i in source_rows[j]] for j in fits],
                 [[self.target_pieces[i] for i in target_rows[j]] for j in fits],
+                max_batch_size=self._part(len(fits)),
                 max_input_length=0,
             )
             for i, output in zip(fits, outputs):

@@ -50,9 +50,9 @@ def load_translator(
         path: a run directory, a SavedModel directory or a CTranslate2 directory.
         checkpoint: a run directory's weights (see `load_run_translator`); only for a run. Defaults to `None`.
         batch_size: sentences per batch. Defaults to `64`.
-        device, compute_type, threads: CTranslate2's device (`"cpu"`, `"cuda"`, `"auto"`), compute type and
-            threads per batch (0: CTranslate2's choice); other kinds run where Keras or TensorFlow places them.
-            Default to `"cpu"`, `"default"` and `0`.
+        device, compute_type, threads: CTranslate2's device (`"cpu"`, `"cuda"`, `"auto"`), compute type and CPU
+            threads, each decoding its part of a batch (0: one per core); other kinds run where Keras or TensorFlow
+            places them. Default to `"cpu"`, `"default"` and `0`.
     """
     kind = translator_kind(path)
     if checkpoint is not None and kind != "run":
@@ -61,7 +61,7 @@ def load_translator(
         from kmt.inference.ctranslate2 import CT2Translator
 
         return CT2Translator(
-            path, device=device, compute_type=compute_type, intra_threads=threads, batch_size=batch_size
+            path, device=device, compute_type=compute_type, inter_threads=threads, batch_size=batch_size
         )
     if kind == "savedmodel":
         from kmt.inference.saved_model_translator import SavedModelTranslator
