@@ -57,7 +57,7 @@ def require_ctranslate2():
     return ctranslate2
 
 
-def workers(ctranslate2, device):
+def _default_workers(ctranslate2, device):
     """The workers a `CT2Translator` on `device` runs by default: one per CPU core this process may use on a CPU,
     one on a GPU."""
     if device == "cuda" or (device == "auto" and ctranslate2.get_cuda_device_count() > 0):
@@ -147,7 +147,7 @@ class CT2Translator(BatchedTranslator):
         self.target_pieces = self.vocabularies.target.pieces
         self.target_ids = {piece: i for i, piece in enumerate(self.target_pieces)}
         self.never = [self.target_pieces[PAD_ID], self.target_pieces[START_ID]]  # pieces kmt's searches never emit
-        self.workers = inter_threads or workers(ctranslate2, device)
+        self.workers = inter_threads or _default_workers(ctranslate2, device)
         try:
             self.translator = ctranslate2.Translator(
                 str(path),
