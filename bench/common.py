@@ -37,8 +37,12 @@ def hardware(cpuinfo=None):
         model = fields["model name"]
         if not any(char.isdigit() for char in model) and fields.get("cpu family") and fields.get("model"):
             model += f" (family {fields['cpu family']}, model {fields['model']})"
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{cores} x {model}"
+    return f"{cores()} x {model}"
+
+
+def cores():
+    """The CPU cores this process may run on (its affinity where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def peak_rss_mib():

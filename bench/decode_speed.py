@@ -54,7 +54,7 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from common import hardware, median, percentile, print_json, print_table, timed  # noqa: E402  (bench/ is on sys.path)
+from common import cores, hardware, median, percentile, print_json, print_table, timed  # noqa: E402  (bench/ is on sys.path)
 
 BEAM_SIZE = 4
 VARIANTS = {  # name -> (beam size, use_cache)
@@ -216,7 +216,7 @@ def reference_variants(cfg, vocabularies, model, directory, checkpoint, max_toke
     search = search_settings(cfg)
     if max_tokens:
         search = {**search, "max_length_a": 0.0, "max_length_b": max_tokens}
-    torch.set_num_threads(os.cpu_count())
+    torch.set_num_threads(cores())
     tokenizer = MarianTokenizer.from_pretrained(checkpoint)
     reference = MarianMTModel.from_pretrained(checkpoint).eval()
     # kmt's beam search divides by GNMT's length penalty, generate by length: with alpha 0 both compare raw sums

@@ -29,11 +29,10 @@ attention, at the preset's width), on the same batches, schedule and loss; its F
 """
 
 import argparse
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from common import fit_seconds, median, print_json, print_table, require_positive, timed
+from common import cores, fit_seconds, median, print_json, print_table, require_positive, timed
 
 FRAMEWORKS = ("kmt", "keras_hub", "torch")
 KMT_VARIANTS = ("xla", "bf16", "xla+bf16", "noppl", "lstm")
@@ -312,7 +311,7 @@ def build_runners(args, sizes, batches):
             print(f"torch: skipped ({error}; install it with `pip install torch==2.13.0`)")
             return runners
         torch.manual_seed(args.seed)
-        torch.set_num_threads(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+        torch.set_num_threads(cores())
         model = torch_transformer.TorchTransformer(args.vocab, **sizes, dropout=args.dropout, max_length=max_length)
         trainer = torch_transformer.TorchTrainer(
             model,
